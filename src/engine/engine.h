@@ -1,0 +1,69 @@
+// The speech engine as its callers (CLI `say`, the HTTP server, benchmarks) see it: a verified,
+// loaded checkpoint plus codec on one backend, turning a request into streamed PCM.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "backend/backend.h"
+#include "format/voice.h"
+
+namespace drama {
+
+enum class CfgMode { Paired, Separate };
+
+struct SpeechRequest {
+  std::string text;                    // UTF-8, 1..4096 characters
+  const Voice* voice = nullptr;        // none = unguided, one branch
+  uint64_t seed = 0;
+  SamplingParams sampling;
+  float gamma = 1.5f;                  // 1 = no guidance (the unconditional branch never runs)
+  CfgMode cfg = CfgMode::Paired;
+  double max_duration_s = 60.0;
+};
+
+struct SpeechResult {
+  int64_t frames = 0;
+  int64_t samples = 0;
+  bool reached_eos = false;
+  bool cancelled = false;
+  double seconds_to_first_audio = 0;
+  double seconds_total = 0;
+};
+
+// Called after every frame with that frame's PCM (float, [-1, 1], codec rate, mono). Return false
+// to cancel (the client went away): generation stops before the next frame.
+using AudioSink = std::function<bool(std::span<const float> pcm)>;
+
+struct EngineOptions {
+  BackendOptions backend;
+  CfgMode default_cfg = CfgMode::Paired;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual SpeechResult speak(const SpeechRequest& request, const AudioSink& sink,
+                             const std::atomic<bool>* cancel = nullptr) = 0;
+  virtual std::string backend_name() const = 0;
+  virtual std::string model_name() const = 0;
+  virtual int64_t sample_rate() const = 0;
+  virtual double frame_rate() const = 0;
+  virtual std::string codec_sha256() const = 0;
+  virtual SamplingParams default_sampling() const = 0;
+  virtual float default_gamma() const = 0;
+  // The voice writer: reference audio (mono, codec rate) + transcript -> voice.
+  virtual Voice make_voice(std::span<const float> pcm, const std::string& transcript) = 0;
+};
+
+// Loads a checkpoint directory that the launcher has already verified.
+std::unique_ptr<Engine> load_engine(const std::filesystem::path& checkpoint_dir,
+                                    const EngineOptions& options);
+
+}  // namespace drama

@@ -1,0 +1,141 @@
+// Safetensors: memory-mapped, zero-copy reading with strict validation, sharded checkpoints through
+// model.safetensors.index.json, and an atomic writer for tools and tests.
+// Format: 8-byte little-endian header length N, N bytes of JSON {name: {dtype, shape,
+// data_offsets: [begin, end]}, "__metadata__": {str: str}}, then the data (offsets relative to it).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "util/dtype.h"
+
+namespace drama {
+
+inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;  // 100 MiB
+
+struct TensorInfo {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte offsets relative to the start of the data section
+  uint64_t end = 0;
+  int64_t numel() const;
+};
+
+struct SafetensorsHeader {
+  uint64_t data_start = 0;               // 8 + header length
+  std::vector<TensorInfo> tensors;       // in data order
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates a header. `bytes` holds at least the first min(file_size, 8 + N) bytes of
+// the file; `file_size` is the whole file's size; `label` names the file in errors. Throws
+// drama::Error naming the file (and tensor) for: header length beyond the file or over 100 MiB,
+// invalid JSON, unknown dtype, bad shape, shape x dtype size != byte range, ranges out of bounds,
+// overlapping or unordered ranges, duplicate names, overflow in shape products.
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size,
+                                           std::string_view label);
+
+// A read-only memory mapping of a whole file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// A view of one tensor's bytes inside a mapping (no copy).
+struct TensorView {
+  const TensorInfo* info = nullptr;
+  const uint8_t* data = nullptr;
+  std::string_view file;  // the file it lives in, for errors
+  size_t bytes() const { return info->end - info->begin; }
+  template <typename T>
+  std::span<const T> as() const {
+    return {reinterpret_cast<const T*>(data), bytes() / sizeof(T)};
+  }
+};
+
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::filesystem::path& path);
+  const std::filesystem::path& path() const { return map_->path(); }
+  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  const TensorInfo* find(std::string_view name) const;
+  TensorView view(std::string_view name) const;  // throws naming file and tensor if absent
+
+ private:
+  std::shared_ptr<MappedFile> map_;
+  SafetensorsHeader header_;
+  std::string label_;
+  std::map<std::string, size_t, std::less<>> index_;
+};
+
+// All tensors of a checkpoint directory: model.safetensors.index.json (weight_map tensor -> shard)
+// or a single model.safetensors. Throws naming the index, shard and tensor when the index points
+// at a missing shard or a tensor its shard lacks, or a tensor is in a shard the index does not map
+// it to.
+class TensorSet {
+ public:
+  explicit TensorSet(const std::filesystem::path& dir);
+  // Opens one file as a set (codec/model.safetensors, voice files).
+  static TensorSet single(const std::filesystem::path& file);
+  const TensorInfo* find(std::string_view name) const;
+  TensorView view(std::string_view name) const;
+  std::vector<std::string> names() const;  // sorted
+  uint64_t total_bytes() const;            // sum of tensor byte ranges
+  const std::filesystem::path& root() const { return root_; }
+
+ private:
+  TensorSet() = default;
+  std::filesystem::path root_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (file, tensor)
+};
+
+// Builds a safetensors file in memory order of add() calls and writes it atomically
+// (temporary file in the same directory, fsync, rename). Tensors are written in the order added.
+class SafetensorsWriter {
+ public:
+  void add(const std::string& name, DType dtype, std::vector<int64_t> shape,
+           std::span<const uint8_t> bytes);
+  template <typename T>
+  void add_typed(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                 std::span<const T> values) {
+    add(name, dtype, std::move(shape),
+        {reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
+  }
+  void set_metadata(const std::string& key, const std::string& value);
+  uint64_t data_bytes() const { return data_.size(); }
+  void write(const std::filesystem::path& path) const;
+  std::vector<uint8_t> serialize() const;  // the whole file's bytes
+
+ private:
+  struct Entry {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin, end;
+  };
+  std::vector<Entry> entries_;
+  std::vector<uint8_t> data_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace drama
