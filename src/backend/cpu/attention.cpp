@@ -1,0 +1,53 @@
+// Grouped-query attention over one sequence's KV cache (spec section 1). Work is split by
+// (row, head): each output vector is computed by one thread with scores, a max-subtracted
+// float32 softmax and the weighted sum of values, all in increasing cache position order.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace drama::cpu {
+
+void CpuBackend::attention(const float* q, int64_t rows, const int32_t* positions,
+                           const float* k_cache, const float* v_cache, int64_t n_heads,
+                           int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) {
+  const int64_t group = n_heads / n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t kv_stride = n_kv_heads * head_dim;
+  pool_.parallel_for(rows * n_heads, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> p;
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = t / n_heads, h = t % n_heads, kvh = h / group;
+      const int64_t last = positions[r];
+      const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
+      const float* qv = q + t * head_dim;
+      float* o = out + t * head_dim;
+      p.resize(last - first + 1);
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = first; j <= last; ++j) {
+        const float* kv = k_cache + j * kv_stride + kvh * head_dim;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
+        p[j - first] = dot * scale;
+        max = std::max(max, p[j - first]);
+      }
+      float sum = 0.0f;
+      for (auto& e : p) {
+        e = std::exp(e - max);
+        sum += e;
+      }
+      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+      for (int64_t j = first; j <= last; ++j) {
+        const float* vv = v_cache + j * kv_stride + kvh * head_dim;
+        const float e = p[j - first];
+        for (int64_t d = 0; d < head_dim; ++d) o[d] += e * vv[d];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t d = 0; d < head_dim; ++d) o[d] *= inv;
+    }
+  });
+}
+
+}  // namespace drama::cpu

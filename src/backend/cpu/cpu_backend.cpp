@@ -1,0 +1,129 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "backend/cpu/linear.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+namespace drama::cpu {
+namespace {
+
+// Host memory aligned to a cache line (SIMD loads never straddle one at a buffer's start).
+class HostBuffer final : public DeviceBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_(bytes) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    if (rounded && !data_) throw std::bad_alloc();
+  }
+  ~HostBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+};
+
+// Output columns per work item: enough to amortise dispatch, small enough to balance.
+constexpr int64_t kLinearGrain = 16;
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads, Isa isa) : isa_(isa), pool_(threads) {
+  if (!isa_supported(isa))
+    throw Error("the CPU backend's " + std::string(isa_name(isa)) +
+                " path is not supported by this CPU.");
+}
+
+std::string CpuBackend::name() const {
+  return "cpu (" + std::string(isa_name(isa_)) + ", " + std::to_string(threads()) +
+         (threads() == 1 ? " thread)" : " threads)");
+}
+
+std::unique_ptr<DeviceBuffer> CpuBackend::alloc(size_t bytes) {
+  return std::make_unique<HostBuffer>(bytes);
+}
+
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::download(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::elementwise(int64_t n, const ThreadPool::Range& fn) {
+  // Small vectors are not worth a wake-up of the workers.
+  pool_.parallel_for(n, 1 << 14, fn);
+}
+
+void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
+  if (rows <= 0 || w.out <= 0) return;
+  if (w.format == WeightFormat::NVFP4) {
+    if (isa_ == Isa::Scalar) {
+      pool_.parallel_for(w.out, kLinearGrain, [&](int64_t o0, int64_t o1) {
+        nvfp4_linear_scalar(w, x, rows, y, o0, o1);
+      });
+      return;
+    }
+    const bool wide = isa_ == Isa::Avx512;
+    const int64_t per_row =
+        wide ? nvfp4_prepared_floats_avx512(w.in) : nvfp4_prepared_floats_avx2(w.in);
+    thread_local std::vector<float> prepared;
+    if (prepared.size() < static_cast<size_t>(per_row * rows)) prepared.resize(per_row * rows);
+    float* xp = prepared.data();
+    if (wide)
+      nvfp4_prepare_x_avx512(x, rows, w.in, xp);
+    else
+      nvfp4_prepare_x_avx2(x, rows, w.in, xp);
+    pool_.parallel_for(w.out, kLinearGrain, [&](int64_t o0, int64_t o1) {
+      if (wide)
+        nvfp4_linear_avx512(w, xp, rows, y, o0, o1);
+      else
+        nvfp4_linear_avx2(w, xp, rows, y, o0, o1);
+    });
+    return;
+  }
+  pool_.parallel_for(w.out, kLinearGrain, [&](int64_t o0, int64_t o1) {
+    switch (isa_) {
+      case Isa::Scalar:
+        bf16_linear_scalar(w, x, rows, y, o0, o1);
+        break;
+      case Isa::Avx2:
+        bf16_linear_avx2(w, x, rows, y, o0, o1);
+        break;
+      case Isa::Avx512:
+        bf16_linear_avx512(w, x, rows, y, o0, o1);
+        break;
+    }
+  });
+}
+
+void CpuBackend::dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) {
+  const int64_t in = w.in;
+  pool_.parallel_for(nrows, 4, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t o = row0 + r;
+      float* dst = out + r * in;
+      if (w.format == WeightFormat::BF16) {
+        const uint16_t* src = static_cast<const uint16_t*>(w.data) + o * in;
+        for (int64_t i = 0; i < in; ++i) dst[i] = bf16_to_f32(src[i]);
+        continue;
+      }
+      const uint8_t* codes = static_cast<const uint8_t*>(w.data) + o * (in / 2);
+      const uint8_t* scales = w.scales + o * (in / 16);
+      for (int64_t i = 0; i < in; ++i) {
+        const uint8_t byte = codes[i / 2];
+        const uint8_t code = (i & 1) ? byte >> 4 : byte & 15;
+        dst[i] = e2m1_to_f32(code) * e4m3_to_f32(scales[i / 16]) * w.scale2;
+      }
+    }
+  });
+}
+
+}  // namespace drama::cpu

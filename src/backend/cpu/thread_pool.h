@@ -1,0 +1,46 @@
+// A fixed set of worker threads that run one data-parallel loop at a time. Work is split into
+// static contiguous chunks (one per thread, the caller taking the first), so which thread computes
+// an output never affects its value. Waiting blocks on condition variables: on small VMs two
+// vCPUs may share one core and spinning would steal the time the other thread needs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace drama::cpu {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);  // threads >= 1; 1 runs everything inline
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return threads_; }
+
+  // Calls fn(begin, end) over [0, n) split into at most threads() contiguous chunks whose sizes
+  // are multiples of `grain` (except the last). Returns when every chunk is done. Calls from
+  // several host threads are serialised.
+  using Range = std::function<void(int64_t begin, int64_t end)>;
+  void parallel_for(int64_t n, int64_t grain, const Range& fn);
+
+ private:
+  void worker(int index);
+
+  int threads_;
+  std::vector<std::thread> workers_;
+  std::mutex call_mutex_;  // one parallel_for at a time
+  std::mutex mutex_;
+  std::condition_variable start_cv_, done_cv_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  const Range* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 0;
+};
+
+}  // namespace drama::cpu
