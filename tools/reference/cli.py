@@ -25,8 +25,7 @@ import safetensors_io  # noqa: E402
 def cmd_logits(args):
     model = drama3.Drama3(args.checkpoint)
     voice = drama3.read_voice(args.voice, model) if args.voice else None
-    codes = drama3.read_codes_file(args.codes, drama3.CODES_FORMAT, model.num_codebooks)["codes"]
-    check_codes(model, codes, args.codes)
+    codes = drama3.read_codes_file(args.codes, drama3.CODES_FORMAT, model)["codes"]
     logits = drama3.teacher_forced_logits(model, args.text, codes, voice)
     safetensors_io.save(args.output, logits, {"format": "drama-logits/1"})
 
@@ -65,10 +64,18 @@ def cmd_make_voice(args):
     drama3.write_codes_file(args.output, random_codes(model, args.frames, args.seed), metadata)
 
 
-def check_codes(model, codes, label):
-    limit = model.codebook_size
-    if codes.numel() and (codes.min() < 0 or codes.max() >= limit):
-        raise ValueError(f"{label}: codes must lie in 0..{limit - 1}")
+def uint64(text):
+    value = int(text)
+    if not 0 <= value < 1 << 64:
+        raise argparse.ArgumentTypeError(f"{text} is not in 0..2^64-1")
+    return value
+
+
+def non_negative(text):
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a non-negative number")
+    return value
 
 
 def parser():
@@ -89,18 +96,18 @@ def parser():
     s = command("generate", cmd_generate, "sampled codes with guidance")
     s.add_argument("--text", required=True)
     s.add_argument("--voice")
-    s.add_argument("--seed", type=int, required=True)
-    s.add_argument("--temperature", type=float, required=True)
-    s.add_argument("--top-k", type=int, required=True)
-    s.add_argument("--top-p", type=float, required=True)
-    s.add_argument("--gamma", type=float, required=True)
-    s.add_argument("--max-frames", type=int, required=True)
+    s.add_argument("--seed", type=uint64, required=True)
+    s.add_argument("--temperature", type=non_negative, required=True)
+    s.add_argument("--top-k", type=uint64, required=True)
+    s.add_argument("--top-p", type=non_negative, required=True)
+    s.add_argument("--gamma", type=non_negative, required=True)
+    s.add_argument("--max-frames", type=uint64, required=True)
     s = command("random-codes", cmd_random_codes, "a codes file of random valid codes")
-    s.add_argument("--frames", type=int, required=True)
-    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--frames", type=uint64, required=True)
+    s.add_argument("--seed", type=uint64, required=True)
     s = command("make-voice", cmd_make_voice, "a voice file with random codes")
-    s.add_argument("--frames", type=int, required=True)
-    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--frames", type=uint64, required=True)
+    s.add_argument("--seed", type=uint64, required=True)
     s.add_argument("--transcript", required=True)
     return p
 

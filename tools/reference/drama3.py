@@ -446,19 +446,24 @@ def tower_step(model, hidden, c0, pick):
 VOICE_FORMAT, CODES_FORMAT = "drama-voice/1", "drama-codes/1"
 
 
-def read_codes_file(path, expected_format, num_codebooks):
-    """Returns {"codes": int64 [F, K], **metadata}; refuses a wrong format or shape."""
+def read_codes_file(path, expected_format, model):
+    """Returns {"codes": int64 [F, K], **metadata}; refuses a wrong format, shape or code."""
     tensors, metadata = safetensors_io.load(path)
     if metadata.get("format") != expected_format:
         raise ValueError(f"{path}: metadata format is {metadata.get('format')!r}, expected {expected_format!r}")
-    codes = tensors.get("codes")
-    if codes is None or codes.dtype != torch.int32 or codes.dim() != 2 or codes.shape[1] != num_codebooks:
-        raise ValueError(f"{path}: tensor codes must be int32 [frames, {num_codebooks}]")
+    codes, k = tensors.get("codes"), model.num_codebooks
+    if codes is None or codes.dtype != torch.int32 or codes.dim() != 2 or codes.shape[1] != k:
+        raise ValueError(f"{path}: tensor codes must be int32 [frames, {k}]")
+    if codes.numel() and (codes.min() < 0 or codes.max() >= model.codebook_size):
+        raise ValueError(f"{path}: codes must lie in 0..{model.codebook_size - 1}")
     return {**metadata, "codes": codes.to(torch.int64)}
 
 
 def read_voice(path, model):
-    return read_codes_file(path, VOICE_FORMAT, model.num_codebooks)
+    voice = read_codes_file(path, VOICE_FORMAT, model)
+    if "transcript" not in voice:
+        raise ValueError(f"{path}: voice metadata lacks transcript")
+    return voice
 
 
 def audio_metadata(model, fmt):

@@ -79,7 +79,11 @@ def quantize(w):
     out_features, in_features = w.shape
     if in_features % BLOCK:
         raise ValueError(f"NVFP4 needs the input size to be a multiple of {BLOCK}, got {in_features}")
-    scale_2 = w.abs().max() / torch.tensor(E2M1_MAX * E4M3_MAX)
+    if not torch.isfinite(w).all():
+        raise ValueError("NVFP4 quantize: the matrix holds NaN or infinity")
+    amax = w.abs().max()
+    # An all-zero matrix gets weight_scale_2 = 1.0 (as src/format/nvfp4.cpp), never 0.
+    scale_2 = amax / torch.tensor(E2M1_MAX * E4M3_MAX) if amax > 0 else torch.tensor(1.0)
     blocks = w.reshape(out_features, in_features // BLOCK, BLOCK)
     block_scale = blocks.abs().amax(dim=-1) / (scale_2 * E2M1_MAX)
     scale_bytes = float_to_e4m3(block_scale)

@@ -112,7 +112,7 @@ def write_checkpoint(directory, config, weights, use_nvfp4=True, kept=None, rout
     for name, value in weights.items():
         parts = name.split(".")
         is_expert = ".mlp.experts." in name
-        if is_expert and kept is not None and int(parts[4]) not in kept[int(parts[2])]:
+        if is_expert and kept is not None and int(parts[5]) not in kept[int(parts[2])]:
             continue  # pruned away
         if name.endswith("mlp.router.weight") and kept is not None and router_layout == "sliced":
             value = value[kept[int(parts[2])]]
@@ -250,6 +250,8 @@ class Nvfp4Test(unittest.TestCase):
         # Values already on the grid survive a second round trip unchanged.
         q2, scale2, scale_22 = nvfp4.quantize(back)
         self.assertTrue(torch.equal(nvfp4.dequantize(q2, scale2, scale_22), back))
+        zero = nvfp4.quantize(torch.zeros(2, 16))
+        self.assertEqual((zero[0].sum().item(), zero[1].tolist(), zero[2].item()), (0, [[0x38], [0x38]], 1.0))
 
 
 class SamplingTest(unittest.TestCase):
@@ -280,3 +282,218 @@ class SamplingTest(unittest.TestCase):
         self.assertEqual(sampling.sample_logits(flat, 1.0, 1, 1.0, 0.9), 0)
         self.assertEqual(sampling.sample_logits(flat, 1.0, 0, 1.0, 0.99), 4)
         self.assertEqual(sampling.sample_logits(flat, 1.0, 0, 0.3, 0.99), 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+
+
+def prune_plan(config, keep):
+    """Kept original ids per MoE layer: a different subset per layer."""
+    moe = config["backbone"]["moe"]
+    plan = {}
+    for l in range(config["backbone"]["num_layers"]):
+        if l not in moe["dense_layers"]:
+            ids = list(range(moe["num_experts"]))
+            plan[l] = ids[1 : keep + 1] if l % 2 else ids[-keep:]
+    return plan
+
+
+def mask_removed_experts(model, plan):
+    """The unpruned model with the router logits of removed experts set to -inf (spec section 5)."""
+    for l, kept in plan.items():
+        mlp = model.backbone.layers[l].mlp
+        mlp.logit_offset = torch.tensor([0.0 if e in kept else float("-inf") for e in mlp.original_ids])
+
+
+class ModelTest(TinyCheckpoints):
+    def test_pruned_checkpoint_equals_unpruned_with_removed_experts_masked(self):
+        plan = prune_plan(TINY_CONFIG, keep=4)
+        reference = drama3.Drama3(self.full_dir)
+        mask_removed_experts(reference, plan)
+        voice = make_voice(reference)
+        codes = cli.random_codes(reference, 6, seed=11)
+        want = drama3.teacher_forced_logits(reference, "Hello!", codes, voice)
+        want_codes = drama3.generate(reference, "Hi", voice, seed=5, max_frames=4)
+        for layout in ("full", "sliced"):
+            with self.subTest(router_layout=layout):
+                directory = self.path(f"pruned-{layout}")
+                write_checkpoint(directory, TINY_CONFIG, self.weights, kept=plan, router_layout=layout)
+                pruned = drama3.Drama3(directory)
+                self.assertEqual(pruned.backbone.layers[1].mlp.original_ids, plan[1])
+                got = drama3.teacher_forced_logits(pruned, "Hello!", codes, voice)
+                for name in want:
+                    self.assertTrue(torch.equal(got[name], want[name]), name)
+                got_codes = drama3.generate(pruned, "Hi", voice, seed=5, max_frames=4)
+                self.assertTrue(torch.equal(got_codes, want_codes))
+        # The contract is not vacuous: masking changes the logits.
+        plain = drama3.teacher_forced_logits(self.model, "Hello!", codes, voice)
+        self.assertFalse(torch.equal(plain["cond.codebook0"], want["cond.codebook0"]))
+
+    def test_top_k_ties_go_to_the_lower_original_id(self):
+        mlp = drama3.MoeMlp.__new__(drama3.MoeMlp)
+        mlp.original_ids, mlp.top_k, mlp.norm_topk_prob = [1, 3, 4, 5], 2, False
+        mlp.router = torch.tensor([[1.0], [2.0], [2.0], [2.0]])
+        mlp.logit_offset = torch.zeros(4)
+        chosen, weights = mlp.route(torch.tensor([[1.0]]))
+        self.assertEqual(chosen.tolist(), [[1, 2]])  # original ids 3 and 4, not 5
+        self.assertEqual(weights[0, 0].item(), weights[0, 1].item())  # softmax probabilities (no renorm)
+        self.assertLess(weights.sum().item(), 1.0)
+
+    def test_greedy_generation_agrees_with_teacher_forced_logits(self):
+        voice = make_voice(self.model)
+        for with_voice, gamma in ((False, 1.5), (True, 1.0), (True, 2.0)):
+            with self.subTest(voice=with_voice, gamma=gamma):
+                v = voice if with_voice else None
+                codes, logits = drama3.generate(self.model, "Say it.", v, seed=1, temperature=0.0,
+                                                gamma=gamma, max_frames=6, return_logits=True)
+                self.assertEqual(codes.shape, (6, 4))
+                tf = drama3.teacher_forced_logits(self.model, "Say it.", codes, v)
+                for key in ("codebook0", "tower"):
+                    want = tf[f"cond.{key}"]
+                    if with_voice and gamma != 1.0:
+                        want = drama3.guide(tf[f"cond.{key}"], tf[f"uncond.{key}"], gamma)
+                    torch.testing.assert_close(logits[key], want, atol=2e-5, rtol=2e-5)
+                self.assertEqual(logits["codebook0"].argmax(-1).tolist(), codes[:, 0].tolist())
+                self.assertEqual(logits["tower"].argmax(-1).tolist(), codes[:, 1:].tolist())
+
+    def test_gamma_one_runs_the_conditional_branch_only(self):
+        voice = make_voice(self.model)
+        calls = []
+        original = self.model.run_backbone
+        self.model.run_backbone = lambda x, cache: calls.append(x.shape[0]) or original(x, cache)
+        try:
+            one = drama3.generate(self.model, "Go", voice, seed=9, gamma=1.0, max_frames=3)
+            self.assertEqual(len(calls), 1 + 2)  # prompt + two frames, one branch
+            calls.clear()
+            guided = drama3.generate(self.model, "Go", voice, seed=9, gamma=3.0, max_frames=3)
+            self.assertEqual(len(calls), 2 * (1 + 2))
+        finally:
+            del self.model.run_backbone
+        self.assertFalse(torch.equal(one, guided))
+
+    def test_sampling_is_deterministic_per_seed(self):
+        voice = make_voice(self.model)
+        a = drama3.generate(self.model, "Again", voice, seed=77, temperature=1.0, top_k=10, max_frames=5)
+        b = drama3.generate(self.model, "Again", voice, seed=77, temperature=1.0, top_k=10, max_frames=5)
+        c = drama3.generate(self.model, "Again", voice, seed=78, temperature=1.0, top_k=10, max_frames=5)
+        self.assertTrue(torch.equal(a, b))
+        self.assertFalse(torch.equal(a, c))
+        self.assertTrue(bool((a >= 0).all() and (a < 32).all()))
+
+    def test_eos_ends_the_utterance_without_emitting_its_frame(self):
+        original = self.model.codebook0_logits
+        counter = {"frame": 0}
+
+        def eos_at_third_frame(h):
+            logits = original(h).clone()
+            if counter["frame"] == 2:
+                logits[self.model.eos_code] = 1e4
+            return logits
+
+        def step_counter(x, cache):
+            counter["frame"] += 1
+            return drama3.Drama3.run_backbone(self.model, x, cache)
+
+        self.model.codebook0_logits = eos_at_third_frame
+        self.model.run_backbone = step_counter  # prompt = 0 -> 1; then one call per frame
+        counter["frame"] = -1
+        try:
+            codes = drama3.generate(self.model, "Stop", None, seed=1, temperature=0.0, max_frames=10)
+        finally:
+            del self.model.codebook0_logits, self.model.run_backbone
+        self.assertEqual(codes.shape, (2, 4))
+
+    def test_frames_embed_the_sum_of_their_codebooks(self):
+        m = self.model
+        row = m.embed_frames([[1, 2, 3, 4]])[0]
+        want = sum(m.audio_embed[k * 33 + c] for k, c in enumerate([1, 2, 3, 4]))
+        torch.testing.assert_close(row, want)
+
+    def test_refuses_inconsistent_pruned_checkpoints(self):
+        plan = prune_plan(TINY_CONFIG, keep=3)
+        directory = self.path("pruned-broken")
+        write_checkpoint(directory, TINY_CONFIG, self.weights, kept=plan, use_nvfp4=False, shards=1)
+        config_path = os.path.join(directory, "config.json")
+        with open(config_path) as f:
+            config = json.load(f)
+        layer = sorted(plan)[0]
+        listed = config["backbone"]["moe"]["kept_experts"][layer]
+        removed = next(e for e in range(6) if e not in listed)
+        config["backbone"]["moe"]["kept_experts"][layer] = sorted(listed[1:] + [removed])
+        with open(config_path, "w") as f:
+            json.dump(config, f)
+        with self.assertRaisesRegex(ValueError, rf"layer {layer} experts differ.*missing \[{removed}\]"
+                                                rf".*not listed \[{listed[0]}\]"):
+            drama3.Drama3(directory)
+
+    def test_refuses_a_router_of_the_wrong_size(self):
+        directory = self.path("bad-router")
+        weights = dict(self.weights)
+        weights["backbone.layers.1.mlp.router.weight"] = weights["backbone.layers.1.mlp.router.weight"][:5]
+        write_checkpoint(directory, TINY_CONFIG, weights, use_nvfp4=False, shards=1)
+        with self.assertRaisesRegex(ValueError, "router.weight has 5 rows"):
+            drama3.Drama3(directory)
+
+    def test_refuses_an_incomplete_nvfp4_triple(self):
+        directory = self.path("bad-nvfp4")
+        write_checkpoint(directory, TINY_CONFIG, self.weights, shards=1)
+        path = os.path.join(directory, "model-00001-of-00001.safetensors")
+        tensors, _ = safetensors_io.load(path)
+        kinds = safetensors_io.read_dtypes(path)
+        name = "backbone.layers.2.mlp.experts.3.up_proj.weight_scale_2"
+        del tensors[name]
+        safetensors_io.save(path, {n: (kinds[n], t) for n, t in tensors.items()})
+        with open(os.path.join(directory, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        del index["weight_map"][name]
+        with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+            json.dump(index, f)
+        with self.assertRaisesRegex(ValueError, "lacks " + name.replace(".", r"\.")):
+            drama3.Drama3(directory)
+
+
+class CliTest(TinyCheckpoints):
+    def run_cli(self, *args):
+        self.assertEqual(cli.main([str(a) for a in args]), 0)
+
+    def test_subcommands_write_files_the_engine_reads(self):
+        voice, codes, logits, generated = (self.path(n) for n in ("v.st", "c.st", "l.st", "g.st"))
+        self.run_cli("make-voice", "--checkpoint", self.full_dir, "--frames", 4, "--seed", 2,
+                     "--transcript", "Reference words.", "-o", voice)
+        self.run_cli("random-codes", "--checkpoint", self.full_dir, "--frames", 5, "--seed", 3, "-o", codes)
+        self.run_cli("logits", "--checkpoint", self.full_dir, "--text", "Target", "--voice", voice,
+                     "--codes", codes, "-o", logits)
+        self.run_cli("generate", "--checkpoint", self.full_dir, "--text", "Target", "--voice", voice,
+                     "--seed", 4, "--temperature", 0.9, "--top-k", 20, "--top-p", 0.95, "--gamma", 1.5,
+                     "--max-frames", 3, "-o", generated)
+        v, meta = safetensors_io.load(voice)
+        self.assertEqual((meta["format"], meta["transcript"], meta["codec_sha256"]), ("drama-voice/1", "Reference words.", ""))
+        self.assertEqual((v["codes"].dtype, tuple(v["codes"].shape)), (torch.int32, (4, 4)))
+        out, _ = safetensors_io.load(logits)
+        self.assertEqual({n: tuple(t.shape) for n, t in out.items()},
+                         {"cond.codebook0": (5, 33), "cond.tower": (5, 3, 32),
+                          "uncond.codebook0": (5, 33), "uncond.tower": (5, 3, 32)})
+        self.assertTrue(all(t.dtype == torch.float32 for t in out.values()))
+        g, meta = safetensors_io.load(generated)
+        self.assertEqual((meta["format"], g["codes"].dtype, g["codes"].shape[1]), ("drama-codes/1", torch.int32, 4))
+
+    def test_refusals_exit_1_with_one_line(self):
+        codes = self.path("codes-for-refusal.st")
+        self.run_cli("random-codes", "--checkpoint", self.full_dir, "--frames", 2, "--seed", 3, "-o", codes)
+        args = ["logits", "--checkpoint", self.full_dir, "--text", "x", "--voice", codes, "--codes", codes,
+                "-o", self.path("never.st")]
+        self.assertEqual(cli.main(args), 1)  # a codes file is not a voice file
+        self.assertFalse(os.path.exists(self.path("never.st")))
+
+    def test_entry_point_runs_as_a_script(self):
+        out = self.path("script-codes.st")
+        result = subprocess.run([sys.executable, os.path.join(HERE, "cli.py"), "random-codes", "--checkpoint",
+                                 self.full_dir, "--frames", "2", "--seed", "1", "-o", out],
+                                capture_output=True, text=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    def test_bad_arguments_exit_2(self):
+        with self.assertRaises(SystemExit) as exit_info:
+            cli.main(["generate", "--checkpoint", self.full_dir, "-o", self.path("x.st")])
+        self.assertEqual(exit_info.exception.code, 2)
