@@ -497,3 +497,84 @@ class CliTest(TinyCheckpoints):
         with self.assertRaises(SystemExit) as exit_info:
             cli.main(["generate", "--checkpoint", self.full_dir, "-o", self.path("x.st")])
         self.assertEqual(exit_info.exception.code, 2)
+
+
+class BuildingBlocksTest(TinyCheckpoints):
+    """The vectorised blocks against plain loops written straight from the spec's words."""
+
+    def test_rope_rotates_first_half_against_second_half(self):
+        x = torch.arange(1.0, 9.0).reshape(1, 1, 8)
+        got = drama3.rope(x, torch.tensor([3]), 100.0)[0, 0]
+        for i in range(4):
+            angle = 3 * 100.0 ** (-2 * i / 8)
+            c, s = np.cos(angle), np.sin(angle)
+            self.assertAlmostEqual(got[i].item(), x[0, 0, i].item() * c - x[0, 0, i + 4].item() * s, places=5)
+            self.assertAlmostEqual(got[i + 4].item(), x[0, 0, i + 4].item() * c + x[0, 0, i].item() * s, places=5)
+
+    def test_attention_matches_a_loop_over_heads_and_positions(self):
+        attn = self.model.backbone.layers[1].attn
+        g = torch.Generator().manual_seed(SEED)
+        h = torch.randn(5, 32, generator=g, dtype=torch.float64)
+        cache = drama3.KVCache(3)
+        first = attn(h[:2].float(), cache, 1)
+        cache.length = 2  # Transformer.forward advances it after its last layer
+        got = torch.cat([first, attn(h[2:].float(), cache, 1)])  # chunked through the KV cache
+
+        def rms(v, w):
+            return v / np.sqrt((v * v).mean() + attn.eps) * w
+
+        def rot(v, pos):
+            half = len(v) // 2
+            out = np.empty_like(v)
+            for i in range(half):
+                a = pos * attn.theta ** (-2 * i / len(v))
+                out[i] = v[i] * np.cos(a) - v[i + half] * np.sin(a)
+                out[i + half] = v[i + half] * np.cos(a) + v[i] * np.sin(a)
+            return out
+
+        W = {n: getattr(attn, n).double().numpy() for n in ("q", "k", "v", "o", "q_norm", "k_norm")}
+        hd, group = attn.head_dim, attn.heads // attn.kv_heads
+        want = np.zeros((5, 32))
+        for t in range(5):
+            heads = []
+            for head in range(attn.heads):
+                kv = head // group
+                q = rot(rms(W["q"][head * hd : (head + 1) * hd] @ h[t].numpy(), W["q_norm"]), t)
+                scores, values = [], []
+                for j in range(t + 1):  # causal: keys at positions <= t
+                    k = rot(rms(W["k"][kv * hd : (kv + 1) * hd] @ h[j].numpy(), W["k_norm"]), j)
+                    scores.append(q @ k / np.sqrt(hd))
+                    values.append(W["v"][kv * hd : (kv + 1) * hd] @ h[j].numpy())
+                p = np.exp(np.array(scores) - max(scores))
+                heads.append((p / p.sum()) @ np.array(values))
+            want[t] = W["o"] @ np.concatenate(heads)
+        np.testing.assert_allclose(got.numpy(), want, atol=2e-5, rtol=1e-4)
+
+    def test_moe_matches_a_loop_over_tokens(self):
+        mlp = self.model.backbone.layers[2].mlp
+        g = torch.Generator().manual_seed(SEED + 1)
+        h = torch.randn(4, 32, generator=g)
+        got = mlp(h)
+        for t in range(4):
+            logits = [float(mlp.router[s] @ h[t]) for s in range(6)]
+            p = np.exp(np.array(logits) - max(logits))
+            p /= p.sum()
+            top = sorted(range(6), key=lambda s: (-p[s], s))[:2]
+            weights = p[top] / p[top].sum()
+            want = sum(w * mlp.experts[s](h[t : t + 1])[0] for w, s in zip(weights, top))
+            want = want + torch.sigmoid(mlp.shared_gate @ h[t]) * mlp.shared_expert(h[t : t + 1])[0]
+            torch.testing.assert_close(got[t], want.float(), atol=1e-5, rtol=1e-5)
+
+    def test_prompt_layout(self):
+        m = self.model
+        voice = make_voice(m, frames=3, transcript="ab")
+        cond = m.prompt("xyz", voice)
+        uncond = m.prompt("xyz")
+        text = m.text_embed
+        self.assertEqual((cond.shape[0], uncond.shape[0]), (4 + 3 + 5, 5))
+        expected_text = [256, ord("a"), ord("b"), 257]
+        self.assertTrue(torch.equal(cond[:4], text[expected_text]))
+        self.assertTrue(torch.equal(cond[4:7], m.embed_frames(voice["codes"])))
+        self.assertTrue(torch.equal(cond[7:], uncond))
+        self.assertTrue(torch.equal(uncond, text[[256, ord("x"), ord("y"), ord("z"), 257]]))
+        self.assertEqual(m.prompt("é").shape[0], 4)  # UTF-8 bytes: two for é
