@@ -8,12 +8,14 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "util/dtype.h"
+#include "util/error.h"
 
 namespace drama {
 
@@ -29,8 +31,8 @@ struct TensorInfo {
 };
 
 struct SafetensorsHeader {
-  uint64_t data_start = 0;               // 8 + header length
-  std::vector<TensorInfo> tensors;       // in data order
+  uint64_t data_start = 0;          // 8 + header length
+  std::vector<TensorInfo> tensors;  // in data order
   std::map<std::string, std::string> metadata;
 };
 
@@ -65,8 +67,13 @@ struct TensorView {
   const uint8_t* data = nullptr;
   std::string_view file;  // the file it lives in, for errors
   size_t bytes() const { return info->end - info->begin; }
+  // Typed access; throws when the bytes do not hold whole, aligned elements of T (safetensors
+  // packs tensors back to back, so a tensor after an odd-sized one can be misaligned).
   template <typename T>
   std::span<const T> as() const {
+    if (bytes() % sizeof(T) != 0 || reinterpret_cast<uintptr_t>(data) % alignof(T) != 0)
+      throw Error(std::string(file) + ": tensor '" + info->name + "' is not an aligned array of " +
+                  std::to_string(sizeof(T)) + "-byte elements");
     return {reinterpret_cast<const T*>(data), bytes() / sizeof(T)};
   }
 };
@@ -110,11 +117,18 @@ class TensorSet {
 };
 
 // Builds a safetensors file in memory order of add() calls and writes it atomically
-// (temporary file in the same directory, fsync, rename). Tensors are written in the order added.
+// (temporary file in the same directory, fsync, rename). Tensors are written in the order added;
+// the header is padded with spaces so the data section starts at a multiple of 8 bytes, and
+// __metadata__ is written only when set. add() throws for an empty, reserved or repeated name, a
+// negative dimension, or bytes that do not match shape x dtype size.
 class SafetensorsWriter {
  public:
   void add(const std::string& name, DType dtype, std::vector<int64_t> shape,
            std::span<const uint8_t> bytes);
+  // Like add() without copying: `bytes` must stay alive and unchanged until write()/serialize()
+  // (for multi-GB checkpoints whose tensors already sit in the caller's buffers).
+  void add_borrowed(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                    std::span<const uint8_t> bytes);
   template <typename T>
   void add_typed(const std::string& name, DType dtype, std::vector<int64_t> shape,
                  std::span<const T> values) {
@@ -122,9 +136,11 @@ class SafetensorsWriter {
         {reinterpret_cast<const uint8_t*>(values.data()), values.size_bytes()});
   }
   void set_metadata(const std::string& key, const std::string& value);
-  uint64_t data_bytes() const { return data_.size(); }
+  uint64_t data_bytes() const { return data_bytes_; }
+  // Streams the header and then each tensor to the temporary file: no second copy in memory.
   void write(const std::filesystem::path& path) const;
   std::vector<uint8_t> serialize() const;  // the whole file's bytes
+  std::string header_json() const;         // the padded JSON header (without the length prefix)
 
  private:
   struct Entry {
@@ -132,9 +148,16 @@ class SafetensorsWriter {
     DType dtype;
     std::vector<int64_t> shape;
     uint64_t begin, end;
+    const uint8_t* borrowed = nullptr;  // null: bytes live in data_ at [owned_at, +end-begin)
+    uint64_t owned_at = 0;
   };
+  Entry& check_and_append(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                          uint64_t nbytes);
+  std::span<const uint8_t> bytes_of(const Entry& e) const;
   std::vector<Entry> entries_;
-  std::vector<uint8_t> data_;
+  std::set<std::string, std::less<>> names_;
+  std::vector<uint8_t> data_;  // copies made by add()
+  uint64_t data_bytes_ = 0;    // the data section's size, owned and borrowed
   std::map<std::string, std::string> metadata_;
 };
 
