@@ -56,6 +56,10 @@ json parse_json_unique_keys(std::string_view text, const std::string& label) {
     }
     return true;
   };
+  // nlohmann's lexer takes a NUL byte for the end of input and would ignore whatever follows it;
+  // JSON never contains a raw NUL, so refuse it instead of parsing a prefix.
+  if (text.find('\0') != std::string_view::npos)
+    throw Error(label + ": invalid JSON (it contains a NUL byte)");
   json j;
   try {
     j = json::parse(text.begin(), text.end(), callback);
