@@ -229,7 +229,7 @@ Drama3Config parse_drama3_config(const json& j, const std::string& label) {
                           std::to_string(c.text.vocab_size) + ")");
     if (c.text.bos_id == c.text.eos_id || c.text.bos_id == c.text.pad_id ||
         c.text.eos_id == c.text.pad_id)
-      s.fail("bos_id", "eos_id and pad_id must be distinct");
+      s.fail("bos_id", "must differ from text.eos_id and text.pad_id, which must differ too");
     s.refuse_unknown();
   }
   {
