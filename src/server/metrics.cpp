@@ -1,0 +1,75 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+#include <sstream>
+
+namespace drama::server {
+
+void Metrics::count_request(const std::string& outcome) {
+  std::lock_guard lock(mutex_);
+  ++requests_[outcome];
+}
+
+void Metrics::record_generation(int64_t frames, double ttfa, double rtf, bool cancelled) {
+  std::lock_guard lock(mutex_);
+  frames_ += uint64_t(frames);
+  ++generations_;
+  if (cancelled) ++cancellations_;
+  if (frames > 0) {
+    ++ttfa_count_;
+    ttfa_sum_ += ttfa;
+    for (size_t i = 0; i < kTtfaBounds.size(); ++i) {
+      if (ttfa <= kTtfaBounds[i]) ++ttfa_buckets_[i];
+    }
+    ++rtf_count_;
+    rtf_sum_ += rtf;
+    rtf_last_ = rtf;
+  }
+}
+
+std::string Metrics::render(int queue_depth, bool busy) const {
+  std::lock_guard lock(mutex_);
+  std::ostringstream o;
+  o.precision(9);
+  o << "# HELP drama_requests_total HTTP requests by outcome.\n"
+    << "# TYPE drama_requests_total counter\n";
+  for (const auto& [outcome, n] : requests_) {
+    o << "drama_requests_total{outcome=\"" << outcome << "\"} " << n << "\n";
+  }
+  o << "# HELP drama_frames_generated_total Audio frames generated.\n"
+    << "# TYPE drama_frames_generated_total counter\n"
+    << "drama_frames_generated_total " << frames_ << "\n"
+    << "# HELP drama_generations_total Generations run (completed or cancelled).\n"
+    << "# TYPE drama_generations_total counter\n"
+    << "drama_generations_total " << generations_ << "\n"
+    << "# HELP drama_cancellations_total Generations stopped because the client went away or the "
+       "server stopped.\n"
+    << "# TYPE drama_cancellations_total counter\n"
+    << "drama_cancellations_total " << cancellations_ << "\n"
+    << "# HELP drama_time_to_first_audio_seconds Seconds from admission to the first audio frame.\n"
+    << "# TYPE drama_time_to_first_audio_seconds histogram\n";
+  for (size_t i = 0; i < kTtfaBounds.size(); ++i) {
+    o << "drama_time_to_first_audio_seconds_bucket{le=\"" << kTtfaBounds[i] << "\"} "
+      << ttfa_buckets_[i] << "\n";
+  }
+  o << "drama_time_to_first_audio_seconds_bucket{le=\"+Inf\"} " << ttfa_count_ << "\n"
+    << "drama_time_to_first_audio_seconds_sum " << ttfa_sum_ << "\n"
+    << "drama_time_to_first_audio_seconds_count " << ttfa_count_ << "\n"
+    << "# HELP drama_real_time_factor Generation seconds per audio second (below 1 is faster than "
+       "real time).\n"
+    << "# TYPE drama_real_time_factor summary\n"
+    << "drama_real_time_factor_sum " << rtf_sum_ << "\n"
+    << "drama_real_time_factor_count " << rtf_count_ << "\n"
+    << "# HELP drama_real_time_factor_last Real-time factor of the last generation.\n"
+    << "# TYPE drama_real_time_factor_last gauge\n"
+    << "drama_real_time_factor_last " << rtf_last_ << "\n"
+    << "# HELP drama_queue_depth Requests waiting for the engine.\n"
+    << "# TYPE drama_queue_depth gauge\n"
+    << "drama_queue_depth " << queue_depth << "\n"
+    << "# HELP drama_busy 1 while a generation runs.\n"
+    << "# TYPE drama_busy gauge\n"
+    << "drama_busy " << (busy ? 1 : 0) << "\n";
+  return o.str();
+}
+
+}  // namespace drama::server

@@ -1,0 +1,58 @@
+// POST /v1/audio/speech body: parsing and validation (interfaces.md, HTTP). Strict: unknown
+// fields, wrong types and out-of-range values are refused with ApiError 400 naming the field;
+// nothing is silently ignored. Pure (no engine, no I/O) so it can be fuzzed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "backend/backend.h"
+
+namespace drama::server {
+
+enum class AudioFormat { Wav, Pcm, Flac };
+enum class StreamMode { None, Audio, Sse };
+
+const char* format_name(AudioFormat f);
+const char* content_type_for(AudioFormat f);
+
+// What the loaded model and the server's launch options allow.
+struct SpeechPolicy {
+  std::string model_name;
+  bool request_gamma = false;  // --request-gamma: a request may set cfg_scale
+  float server_gamma = 1.5f;
+  SamplingParams default_sampling;
+};
+
+struct SpeechFields {
+  std::string input;
+  std::optional<std::string> voice_id;
+  std::optional<std::string> ref_audio_base64;  // with ref_text: a one-off reference
+  std::string ref_text;
+  AudioFormat format = AudioFormat::Wav;
+  StreamMode stream = StreamMode::None;
+  std::optional<uint64_t> seed;  // absent: the server draws one and echoes it
+  SamplingParams sampling;
+  float gamma = 1.5f;
+  double max_duration_s = 60.0;
+};
+
+// Limits (documented in docs/server.md).
+inline constexpr size_t kMaxInputCharacters = 4096;
+inline constexpr double kMaxDurationSeconds = 60.0;
+inline constexpr float kMaxTemperature = 2.0f;
+inline constexpr int64_t kMaxTopK = 100000;
+inline constexpr float kMaxGamma = 10.0f;
+
+// Throws ApiError (400) for anything malformed.
+SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& policy);
+
+// [A-Za-z0-9_-]{1,64}
+bool is_valid_voice_id(std::string_view id);
+
+// Number of Unicode code points, or nullopt when `text` is not valid UTF-8.
+std::optional<size_t> utf8_length(std::string_view text);
+
+}  // namespace drama::server

@@ -1,0 +1,534 @@
+// Routes and request flow. Every request is handled, streamed and logged on one httplib worker
+// thread, so a thread-local record collects what the log line and the metrics need.
+#include "server/speech_server.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/audio_encoding.h"
+#include "server/base64.h"
+#include "server/request_log.h"
+#include "server/speech_request.h"
+#include "util/error.h"
+
+namespace drama::server {
+
+namespace {
+
+using nlohmann::json;
+
+thread_local RequestLogLine t_log;
+thread_local bool t_log_active = false;
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  if (e.status() == 503) res.set_header("Retry-After", "1");
+  send_json(res, e.status(), error_body(e.status(), e.code(), e.what(), e.param()));
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The media type without parameters, lower case.
+std::string media_type(const httplib::Request& req) {
+  std::string ct = lower(req.get_header_value("Content-Type"));
+  auto semi = ct.find(';');
+  if (semi != std::string::npos) ct = ct.substr(0, semi);
+  while (!ct.empty() && ct.back() == ' ') ct.pop_back();
+  return ct;
+}
+
+std::string outcome_for_status(int status) {
+  if (status < 400) return "ok";
+  switch (status) {
+    case 400:
+      return "bad_request";
+    case 404:
+      return "not_found";
+    case 405:
+      return "method_not_allowed";
+    case 408:
+      return "timeout";
+    case 413:
+      return "too_large";
+    case 415:
+      return "unsupported_media_type";
+    case 503:
+      return "busy";
+    default:
+      return "error";
+  }
+}
+
+json voice_json(const VoiceInfo& v) {
+  return {{"id", v.id},
+          {"name", v.name},
+          {"transcript", v.transcript},
+          {"frames", v.frames},
+          {"created", v.created}};
+}
+
+// Generation bookkeeping shared by the whole and streamed paths.
+struct Generation {
+  SpeechRequest request;
+  std::shared_ptr<const Voice> voice;
+  AudioFormat format = AudioFormat::Wav;
+  StreamMode stream = StreamMode::None;
+  std::unique_ptr<Admission::Slot> slot;
+  int64_t sample_rate = 24000;
+  size_t input_bytes = 0;
+};
+
+}  // namespace
+
+SpeechServer::SpeechServer(Engine& engine, ServerOptions options)
+    : engine_(engine),
+      options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()),
+      admission_(options_.max_queue),
+      rng_(std::random_device{}()) {
+  if (options_.max_queue < 0) throw UsageError("--max-queue must be 0 or more");
+  if (!options_.voices_dir.empty()) voices_ = std::make_unique<VoiceStore>(options_.voices_dir);
+  install_routes();
+}
+
+SpeechServer::~SpeechServer() = default;
+
+uint64_t SpeechServer::random_seed() {
+  std::lock_guard lock(rng_mutex_);
+  return rng_();
+}
+
+int SpeechServer::bind() {
+  int port = options_.port == 0
+                 ? http_->bind_to_any_port(options_.host)
+                 : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port < 0) {
+    throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                " (address in use or not available)");
+  }
+  return port;
+}
+
+void SpeechServer::run() {
+  http_->listen_after_bind();
+}
+
+void SpeechServer::stop() {
+  admission_.shutdown();
+  http_->stop();
+}
+
+void SpeechServer::install_routes() {
+  auto& s = *http_;
+  int threads = options_.http_threads > 0 ? options_.http_threads : options_.max_queue + 8;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  s.set_read_timeout(options_.read_timeout_s, 0);
+  s.set_write_timeout(options_.write_timeout_s, 0);
+  // An idle keep-alive connection is dropped as soon as a stalled request would be.
+  s.set_keep_alive_timeout(std::min(5, options_.read_timeout_s));
+  s.set_payload_max_length(options_.max_body_bytes);
+
+  s.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+    t_log = RequestLogLine{};
+    t_log.id = next_request_id_++;
+    t_log_active = true;
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Fills an error body in for refusals httplib makes itself (404 route, 413, 400 parse errors).
+  s.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty() || res.content_length_ > 0)
+          return httplib::Server::HandlerResponse::Unhandled;
+        std::string code = res.status == 404   ? "route_not_found"
+                           : res.status == 413 ? "payload_too_large"
+                           : res.status == 405 ? "method_not_allowed"
+                           : res.status >= 500 ? "internal_error"
+                                               : "bad_request";
+        std::string message = res.status == 404   ? "no such route"
+                              : res.status == 413 ? "request body is too large"
+                              : res.status == 405 ? "method not allowed"
+                              : res.status >= 500 ? "internal server error"
+                                                  : "malformed HTTP request";
+        send_json(res, res.status, error_body(res.status, code, message));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  s.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        try {
+          std::rethrow_exception(ep);
+        } catch (const ApiError& e) {
+          send_error(res, e);
+        } catch (const std::exception& e) {
+          send_json(res, 500, error_body(500, "internal_error", e.what()));
+        } catch (...) {
+          send_json(res, 500, error_body(500, "internal_error", "unknown error"));
+        }
+      });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    RequestLogLine line = t_log_active ? t_log : RequestLogLine{};
+    if (!t_log_active) line.id = next_request_id_++;
+    t_log_active = false;
+    line.method = req.method;
+    if (line.route.empty()) line.route = req.path.size() > 80 ? req.path.substr(0, 80) : req.path;
+    line.status = res.status;
+    if (line.outcome.empty()) line.outcome = outcome_for_status(res.status);
+    metrics_.count_request(line.outcome);
+    log_request(line);
+  });
+
+  auto wrap = [this](void (SpeechServer::*fn)(const httplib::Request&, httplib::Response&),
+                     const char* route) {
+    return [this, fn, route](const httplib::Request& req, httplib::Response& res) {
+      t_log.route = route;
+      try {
+        (this->*fn)(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const UsageError& e) {
+        send_json(res, 400, error_body(400, "invalid_value", e.what()));
+      }
+    };
+  };
+  auto not_allowed = [](const char* allow) {
+    return [allow](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Allow", allow);
+      send_json(
+          res, 405,
+          error_body(405, "method_not_allowed", std::string("method not allowed; use ") + allow));
+    };
+  };
+  auto only = [&](const char* path, const char* allow) {
+    // Every method httplib routes that the path does not serve is a 405, not a 404.
+    std::string a = allow;
+    if (a.find("GET") == std::string::npos) s.Get(path, not_allowed(allow));
+    if (a.find("POST") == std::string::npos) s.Post(path, not_allowed(allow));
+    if (a.find("DELETE") == std::string::npos) s.Delete(path, not_allowed(allow));
+    s.Put(path, not_allowed(allow));
+    s.Patch(path, not_allowed(allow));
+  };
+
+  s.Post("/v1/audio/speech", wrap(&SpeechServer::handle_speech, "/v1/audio/speech"));
+  only("/v1/audio/speech", "POST");
+  s.Get("/v1/audio/voices", wrap(&SpeechServer::handle_voices_list, "/v1/audio/voices"));
+  s.Post("/v1/audio/voices", wrap(&SpeechServer::handle_voice_add, "/v1/audio/voices"));
+  only("/v1/audio/voices", "GET, POST");
+  s.Delete(R"(/v1/audio/voices/([^/]+))",
+           wrap(&SpeechServer::handle_voice_delete, "/v1/audio/voices/{id}"));
+  only(R"(/v1/audio/voices/([^/]+))", "DELETE");
+  s.Get("/v1/models", wrap(&SpeechServer::handle_models, "/v1/models"));
+  only("/v1/models", "GET");
+  s.Get("/health", wrap(&SpeechServer::handle_health, "/health"));
+  only("/health", "GET");
+  s.Get("/metrics", wrap(&SpeechServer::handle_metrics, "/metrics"));
+  only("/metrics", "GET");
+}
+
+void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response& res) {
+  if (media_type(req) != "application/json") {
+    throw ApiError(415, "unsupported_media_type", "the request body must be application/json");
+  }
+  SpeechPolicy policy{engine_.model_name(), options_.request_gamma, options_.gamma,
+                      engine_.default_sampling()};
+  SpeechFields f = parse_speech_request(req.body, policy);
+
+  auto gen = std::make_shared<Generation>();
+  gen->format = f.format;
+  gen->stream = f.stream;
+  gen->sample_rate = engine_.sample_rate();
+  gen->input_bytes = f.input.size();
+  if (f.voice_id) {
+    if (!voices_)
+      throw ApiError(404, "voice_not_found",
+                     "voice '" + *f.voice_id + "' not found (no --voices directory)", "voice");
+    try {
+      gen->voice = voices_->get(*f.voice_id);
+    } catch (const Error& e) {
+      throw ApiError(400, "voice_unreadable", e.what(), "voice");
+    }
+    if (!gen->voice)
+      throw ApiError(404, "voice_not_found", "voice '" + *f.voice_id + "' not found", "voice");
+    if (!gen->voice->codec_sha256.empty() && gen->voice->codec_sha256 != engine_.codec_sha256()) {
+      throw ApiError(
+          400, "voice_incompatible",
+          "voice '" + *f.voice_id + "' was encoded with a different codec than the loaded one",
+          "voice");
+    }
+  }
+  std::vector<float> ref_pcm;
+  if (f.ref_audio_base64) {
+    auto bytes = base64_decode(*f.ref_audio_base64);
+    if (!bytes)
+      throw ApiError(400, "invalid_base64", "'ref_audio' is not valid base64", "ref_audio");
+    try {
+      ref_pcm = decode_audio(*bytes, engine_.sample_rate(), "'ref_audio'");
+    } catch (const Error& e) {
+      throw ApiError(400, "invalid_audio", e.what(), "ref_audio");
+    }
+  }
+
+  uint64_t seed = f.seed ? *f.seed : random_seed();
+  t_log.seed = seed;
+  t_log.has_seed = true;
+  gen->request.text = f.input;
+  gen->request.seed = seed;
+  gen->request.sampling = f.sampling;
+  gen->request.gamma = f.gamma;
+  gen->request.cfg = options_.cfg;
+  gen->request.max_duration_s = f.max_duration_s;
+
+  gen->slot = admission_.acquire();
+  if (!gen->slot) {
+    if (admission_.shutting_down())
+      throw ApiError(503, "shutting_down", "the server is shutting down");
+    throw ApiError(503, "busy", "the server is busy (queue full); retry later");
+  }
+  if (f.ref_audio_base64) {
+    try {
+      gen->voice = std::make_shared<const Voice>(engine_.make_voice(ref_pcm, f.ref_text));
+    } catch (const UsageError& e) {
+      throw ApiError(400, "invalid_audio", e.what(), "ref_audio");
+    }
+  }
+  gen->request.voice = gen->voice.get();
+
+  res.set_header("X-Drama-Seed", std::to_string(seed));
+  res.set_header("X-Drama-Provenance", options_.provenance);
+  const std::atomic<bool>* cancel = &admission_.cancel_flag();
+
+  auto finish = [this](const SpeechResult& r, int64_t sample_rate) {
+    double audio_s = double(r.samples) / double(sample_rate);
+    double rtf = audio_s > 0 ? r.seconds_total / audio_s : 0;
+    metrics_.record_generation(r.frames, r.seconds_to_first_audio, rtf, r.cancelled);
+    t_log.frames = r.frames;
+    t_log.seconds_to_first_audio = r.seconds_to_first_audio;
+    t_log.real_time_factor = rtf;
+    t_log.seconds_total = r.seconds_total;
+    if (r.cancelled) t_log.outcome = "cancelled";
+  };
+
+  if (f.stream == StreamMode::None) {
+    std::vector<float> pcm;
+    SpeechResult r = engine_.speak(
+        gen->request,
+        [&](std::span<const float> frame) {
+          pcm.insert(pcm.end(), frame.begin(), frame.end());
+          return true;
+        },
+        cancel);
+    gen->slot.reset();
+    finish(r, gen->sample_rate);
+    if (r.cancelled) throw ApiError(503, "shutting_down", "the server is shutting down");
+    std::string body;
+    if (f.format == AudioFormat::Flac) {
+      body = encode_flac(pcm, gen->sample_rate);
+    } else {
+      if (f.format == AudioFormat::Wav)
+        body = wav_header(gen->sample_rate, uint32_t(pcm.size() * 2));
+      append_s16le(pcm, body);
+    }
+    res.status = 200;
+    res.set_content(body, content_type_for(f.format));
+    return;
+  }
+
+  // Streamed: the provider runs once on this worker thread, writing each frame as it is made.
+  // A failed write (client gone) makes the sink return false, which stops the engine before
+  // its next frame.
+  bool sse = f.stream == StreamMode::Sse;
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      sse ? "text/event-stream" : content_type_for(f.format),
+      [this, gen, cancel, sse, finish](size_t, httplib::DataSink& sink) {
+        std::string pending;
+        if (gen->format == AudioFormat::Wav)
+          pending = wav_header(gen->sample_rate, kUnknownWavSize);
+        auto emit = [&](std::string& bytes) {
+          if (!sink.is_writable()) return false;
+          if (sse) {
+            json ev = {{"type", "speech.audio.delta"},
+                       {"audio", base64_encode({reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                bytes.size()})}};
+            std::string line = "data: " + ev.dump() + "\n\n";
+            return sink.write(line.data(), line.size());
+          }
+          return sink.write(bytes.data(), bytes.size());
+        };
+        SpeechResult r;
+        try {
+          r = engine_.speak(
+              gen->request,
+              [&](std::span<const float> frame) {
+                append_s16le(frame, pending);
+                bool ok = emit(pending);
+                pending.clear();
+                return ok;
+              },
+              cancel);
+        } catch (const std::exception& e) {
+          gen->slot.reset();
+          t_log.outcome = "error";
+          log_warning(std::string("generation failed: ") + e.what());
+          return false;  // headers are sent; closing the connection is the only signal left
+        }
+        gen->slot.reset();
+        finish(r, gen->sample_rate);
+        if (r.cancelled) return false;
+        if (sse) {
+          int64_t in = int64_t(gen->input_bytes);
+          json done = {{"type", "speech.audio.done"},
+                       {"usage",
+                        {{"input_tokens", in},
+                         {"output_tokens", r.frames},
+                         {"total_tokens", in + r.frames}}},
+                       {"frames", r.frames},
+                       {"samples", r.samples}};
+          std::string line = "data: " + done.dump() + "\n\n";
+          if (!sink.write(line.data(), line.size())) return false;
+        }
+        sink.done();
+        return true;
+      },
+      [gen](bool) { gen->slot.reset(); });
+}
+
+void SpeechServer::handle_voices_list(const httplib::Request&, httplib::Response& res) {
+  json list = json::array();
+  if (voices_) {
+    for (const auto& v : voices_->list()) list.push_back(voice_json(v));
+  }
+  send_json(res, 200, {{"voices", list}});
+}
+
+void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Response& res) {
+  if (!voices_) throw ApiError(400, "voices_disabled", "this server has no --voices directory");
+  std::string type = media_type(req);
+  std::string name, ref_text, id;
+  std::vector<uint8_t> audio;
+  static const std::set<std::string> kFields = {"name", "ref_text", "id"};
+  if (type == "multipart/form-data") {
+    for (const auto& [key, part] : req.files) {
+      if (key != "audio_sample" && !kFields.count(key)) {
+        throw ApiError(400, "unknown_field", "unknown form field '" + key + "'", key);
+      }
+    }
+    if (!req.has_file("audio_sample"))
+      throw ApiError(400, "missing_field", "'audio_sample' is required", "audio_sample");
+    const auto& a = req.get_file_value("audio_sample").content;
+    audio.assign(a.begin(), a.end());
+    name = req.has_file("name") ? req.get_file_value("name").content : "";
+    ref_text = req.has_file("ref_text") ? req.get_file_value("ref_text").content : "";
+    id = req.has_file("id") ? req.get_file_value("id").content : "";
+  } else if (type == "application/json") {
+    if (!utf8_length(req.body))
+      throw ApiError(400, "invalid_utf8", "request body is not valid UTF-8");
+    json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw ApiError(400, "invalid_json", "request body must be a JSON object");
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key() != "audio_base64" && !kFields.count(it.key())) {
+        throw ApiError(400, "unknown_field", "unknown field '" + it.key() + "'", it.key());
+      }
+      if (!it->is_string())
+        throw ApiError(400, "invalid_type", "'" + it.key() + "' must be a string", it.key());
+    }
+    name = j.value("name", "");
+    ref_text = j.value("ref_text", "");
+    id = j.value("id", "");
+    if (!j.contains("audio_base64"))
+      throw ApiError(400, "missing_field", "'audio_base64' is required", "audio_base64");
+    auto bytes = base64_decode(j["audio_base64"].get<std::string>());
+    if (!bytes)
+      throw ApiError(400, "invalid_base64", "'audio_base64' is not valid base64", "audio_base64");
+    audio = std::move(*bytes);
+  } else {
+    throw ApiError(415, "unsupported_media_type",
+                   "the request body must be multipart/form-data or application/json");
+  }
+  auto name_len = utf8_length(name);
+  if (!name_len || *name_len == 0 || *name_len > 256)
+    throw ApiError(400, "invalid_value", "'name' must be 1 to 256 characters of UTF-8", "name");
+  auto text_len = utf8_length(ref_text);
+  if (!text_len || *text_len == 0 || *text_len > kMaxInputCharacters)
+    throw ApiError(400, "invalid_value", "'ref_text' must be 1 to 4096 characters of UTF-8",
+                   "ref_text");
+  if (!id.empty() && !is_valid_voice_id(id))
+    throw ApiError(400, "invalid_voice_id", "'id' must be 1 to 64 characters from [A-Za-z0-9_-]",
+                   "id");
+  if (!id.empty() && voices_->info(id))
+    throw ApiError(400, "voice_exists", "a voice with id '" + id + "' already exists", "id");
+
+  std::vector<float> pcm;
+  try {
+    pcm = decode_audio(audio, engine_.sample_rate(), "'audio_sample'");
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
+  }
+  auto slot = admission_.acquire();
+  if (!slot) throw ApiError(503, "busy", "the server is busy (queue full); retry later");
+  Voice voice;
+  try {
+    voice = engine_.make_voice(pcm, ref_text);
+  } catch (const UsageError& e) {
+    throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
+  }
+  slot.reset();
+  if (id.empty()) id = voices_->id_for_name(name);
+  VoiceInfo info = voices_->add(id, name, voice);
+  send_json(res, 200, voice_json(info));
+}
+
+void SpeechServer::handle_voice_delete(const httplib::Request& req, httplib::Response& res) {
+  std::string id = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  if (!is_valid_voice_id(id))
+    throw ApiError(400, "invalid_voice_id",
+                   "voice id must be 1 to 64 characters from [A-Za-z0-9_-]", "id");
+  if (!voices_ || !voices_->remove(id))
+    throw ApiError(404, "voice_not_found", "voice '" + id + "' not found", "id");
+  send_json(res, 200, {{"id", id}, {"object", "voice"}, {"deleted", true}});
+}
+
+void SpeechServer::handle_models(const httplib::Request&, httplib::Response& res) {
+  json model = {{"id", engine_.model_name()},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "drama"},
+                {"provenance", options_.provenance},
+                {"sample_rate", engine_.sample_rate()},
+                {"frame_rate", engine_.frame_rate()}};
+  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+}
+
+void SpeechServer::handle_health(const httplib::Request&, httplib::Response& res) {
+  send_json(res, 200,
+            {{"status", admission_.shutting_down() ? "stopping" : "ok"},
+             {"model", engine_.model_name()},
+             {"provenance", options_.provenance},
+             {"backend", engine_.backend_name()},
+             {"cfg", options_.cfg == CfgMode::Paired ? "paired" : "separate"},
+             {"gamma", options_.gamma},
+             {"request_gamma", options_.request_gamma},
+             {"busy", admission_.busy()},
+             {"queue_depth", admission_.queue_depth()}});
+}
+
+void SpeechServer::handle_metrics(const httplib::Request&, httplib::Response& res) {
+  res.set_content(metrics_.render(admission_.queue_depth(), admission_.busy()),
+                  "text/plain; version=0.0.4");
+}
+
+}  // namespace drama::server
