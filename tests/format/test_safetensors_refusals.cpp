@@ -17,6 +17,7 @@ using testing::craft;
 using testing::ScratchDir;
 using testing::write_bytes;
 using testing::write_text;
+using namespace std::string_literals;  // "...\0..."s keeps embedded NULs
 
 void expect_error(const std::function<void()>& f, std::initializer_list<std::string> parts) {
   try {
@@ -66,9 +67,9 @@ TEST(SafetensorsRefusals, HeaderOver100MiB) {
 TEST(SafetensorsRefusals, InvalidJson) {
   expect_file_refused(craft(R"({"a": )"), {"invalid JSON"});
   expect_file_refused(craft(""), {"invalid JSON"});
-  expect_file_refused(craft(std::string("{}\0\0\0\0\0\0", 8)), {"invalid JSON", "NUL"});
+  expect_file_refused(craft("{}\0\0\0\0\0\0"s), {"invalid JSON", "NUL"});
   // A NUL would otherwise hide the rest of the header from the parser.
-  expect_file_refused(craft(std::string("{}\0\"w\": 1}", 12)), {"NUL"});
+  expect_file_refused(craft("{}\0\"w\": 1}"s), {"NUL"});
   expect_file_refused(craft("{\"\xff\": 1}"), {"invalid JSON"});  // not UTF-8
 }
 
