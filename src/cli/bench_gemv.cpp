@@ -1,10 +1,221 @@
+// `drama bench gemv`: the W4A16 NVFP4 matrix-vector product (and the BF16 one at the same shape)
+// timed against the memory ceilings measured in the same run: a single-thread streaming read of
+// a buffer larger than the last-level cache, and a memcpy copy. Weights are random and rotated
+// among enough copies that none is cache resident, so GB/s counts bytes that came from memory.
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
 #include "cli/bench.h"
-#include "cli/commands.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 namespace drama::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct GemvOptions {
+  std::string format = "nvfp4";
+  int64_t m = 4096, k = 14336;
+  std::vector<int64_t> rows = {1};
+  int threads = 1;
+  std::string backend = "cpu";
+  double seconds = 1.0;  // time budget per measurement
+  std::string json;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+// Bytes that surely exceed what the caches can hold: twice the reported last-level cache (on a
+// VM often the whole socket's), at least 256 MiB and at most 1 GiB.
+size_t beyond_cache_bytes() {
+  const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const size_t llc = l3 > 0 ? static_cast<size_t>(l3) : size_t{32} << 20;
+  return std::clamp<size_t>(2 * llc, size_t{256} << 20, size_t{1} << 30);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Times fn() repeatedly within a budget: median and minimum seconds per call.
+template <class F>
+std::pair<double, double> time_calls(F&& fn, double budget) {
+  fn();  // warm-up
+  std::vector<double> t;
+  const auto start = Clock::now();
+  while (t.size() < 5 || (t.size() < 1000 &&
+                          std::chrono::duration<double>(Clock::now() - start).count() < budget)) {
+    const auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return {median(t), *std::min_element(t.begin(), t.end())};
+}
+
+__attribute__((target("avx2"))) uint64_t read_sum_avx2(const uint8_t* p, size_t bytes) {
+  __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+  for (size_t i = 0; i + 128 <= bytes; i += 128) {
+    a = _mm256_xor_si256(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    b = _mm256_xor_si256(b, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    c = _mm256_xor_si256(c, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    d = _mm256_xor_si256(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  a = _mm256_xor_si256(_mm256_xor_si256(a, b), _mm256_xor_si256(c, d));
+  return static_cast<uint64_t>(_mm256_extract_epi64(a, 0) ^ _mm256_extract_epi64(a, 3));
+}
+
+uint64_t read_sum(const uint8_t* p, size_t bytes) {
+  if (__builtin_cpu_supports("avx2")) return read_sum_avx2(p, bytes);
+  uint64_t s = 0;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    s ^= v;
+  }
+  return s;
+}
+
+nlohmann::json measure_ceiling(double budget) {
+  const size_t bytes = beyond_cache_bytes();
+  auto* a = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  auto* b = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  if (!a || !b) throw Error("bench gemv: cannot allocate the bandwidth buffers.");
+  std::memset(a, 1, bytes);
+  std::memset(b, 2, bytes);
+  volatile uint64_t sink = 0;
+  const auto [read_s, read_min] = time_calls([&] { sink = sink + read_sum(a, bytes); }, budget);
+  const auto [copy_s, copy_min] = time_calls([&] { std::memcpy(b, a, bytes); }, budget);
+  std::free(a);
+  std::free(b);
+  (void)read_min;
+  (void)copy_min;
+  return {{"buffer_mib", bytes >> 20},
+          {"read_gb_s", bytes / read_s / 1e9},
+          {"copy_gb_s", bytes / copy_s / 1e9},
+          {"note", "single thread; copy counts bytes copied (each is read once and written once)"}};
+}
+
+// Random weights, several copies so that the set is larger than the last-level cache.
+struct WeightSet {
+  std::vector<std::vector<uint8_t>> data, scales;
+  std::vector<LinearWeight> views;
+  size_t bytes_each = 0;
+  WeightSet(WeightFormat format, int64_t m, int64_t k, std::mt19937& rng) {
+    const size_t data_bytes = format == WeightFormat::NVFP4 ? m * k / 2 : m * k * 2;
+    const size_t scale_bytes = format == WeightFormat::NVFP4 ? m * k / 16 : 0;
+    bytes_each = data_bytes + scale_bytes;
+    const size_t copies = std::max<size_t>(2, beyond_cache_bytes() / bytes_each);
+    std::uniform_int_distribution<int> byte(0, 255), scale(0x28, 0x48);
+    data.emplace_back(data_bytes);
+    scales.emplace_back(scale_bytes);
+    for (auto& v : data[0]) v = static_cast<uint8_t>(byte(rng));
+    if (format == WeightFormat::BF16)  // finite bf16 values: clear the top exponent bit
+      for (size_t i = 1; i < data_bytes; i += 2) data[0][i] &= 0xbf;
+    for (auto& v : scales[0]) v = static_cast<uint8_t>(scale(rng));
+    for (size_t c = 1; c < copies; ++c) {  // same values at other addresses
+      data.push_back(data[0]);
+      scales.push_back(scales[0]);
+    }
+    for (size_t c = 0; c < copies; ++c)
+      views.push_back({format, m, k, data[c].data(), scales[c].data(), 0.01f});
+  }
+};
+
+nlohmann::json run_format(Backend& be, WeightFormat format, const GemvOptions& o, int64_t rows,
+                          std::mt19937& rng) {
+  WeightSet w(format, o.m, o.k, rng);
+  std::vector<float> x(rows * o.k), y(rows * o.m);
+  std::normal_distribution<float> nd;
+  for (auto& v : x) v = nd(rng);
+  size_t next = 0;
+  const auto [sec, sec_min] = time_calls(
+      [&] {
+        be.linear(w.views[next], x.data(), rows, y.data());
+        next = (next + 1) % w.views.size();
+      },
+      o.seconds);
+  return {{"format", format == WeightFormat::NVFP4 ? "nvfp4" : "bf16"},
+          {"rows", rows},
+          {"ms", sec * 1e3},
+          {"ms_min", sec_min * 1e3},
+          {"weight_mb", w.bytes_each / 1e6},
+          {"gb_s", w.bytes_each / sec / 1e9},
+          {"weight_copies", w.views.size()}};
+}
+
+int run_gemv(const GemvOptions& o) {
+  if (o.format != "nvfp4" && o.format != "bf16")
+    throw UsageError("--format must be nvfp4 or bf16, not '" + o.format + "'.");
+  if (o.m <= 0 || o.k <= 0 || o.k % 16 != 0)
+    throw UsageError("--m must be positive and --k a positive multiple of 16.");
+  for (int64_t r : o.rows)
+    if (r <= 0) throw UsageError("--rows must be positive.");
+  auto be = make_backend({o.backend, o.threads});
+  std::mt19937 rng(1234);
+  nlohmann::json runs = nlohmann::json::array();
+  const WeightFormat first = o.format == "nvfp4" ? WeightFormat::NVFP4 : WeightFormat::BF16;
+  const WeightFormat second =
+      first == WeightFormat::NVFP4 ? WeightFormat::BF16 : WeightFormat::NVFP4;
+  for (int64_t rows : o.rows) runs.push_back(run_format(*be, first, o, rows, rng));
+  for (int64_t rows : o.rows) runs.push_back(run_format(*be, second, o, rows, rng));
+  nlohmann::json ceiling = measure_ceiling(o.seconds);
+  for (auto& r : runs)
+    r["of_read_ceiling"] = r["gb_s"].get<double>() / ceiling["read_gb_s"].get<double>();
+  char date[16];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  const std::string name = be->name();
+  nlohmann::json out = {
+      {"bench", "gemv"},
+      {"date", date},
+      {"cpu", cpu_model()},
+      {"backend", name},
+      {"isa", name.substr(name.find('(') + 1, name.find(',') - name.find('(') - 1)},
+      {"threads", o.threads},
+      {"m", o.m},
+      {"k", o.k},
+      {"runs", runs},
+      {"ceiling", ceiling}};
+  const std::string text = out.dump(2) + "\n";
+  std::fputs(text.c_str(), stdout);
+  if (!o.json.empty()) write_text_file_atomic(o.json, text);
+  return 0;
+}
+
+}  // namespace
 
 void register_bench_gemv(CLI::App& bench, std::function<int()>& run) {
-  register_unbuilt(bench, run, "gemv", "not built yet");
+  auto opts = std::make_shared<GemvOptions>();
+  auto* sub = bench.add_subcommand("gemv", "NVFP4 (W4A16) and BF16 matrix-vector products");
+  sub->add_option("--format", opts->format, "nvfp4 | bf16 (the other is timed beside it)");
+  sub->add_option("--m", opts->m, "output features");
+  sub->add_option("--k", opts->k, "input features (multiple of 16)");
+  sub->add_option("--rows", opts->rows, "activation rows; a list times each (1,2)")->delimiter(',');
+  sub->add_option("--threads", opts->threads, "CPU threads (0 = all cores)");
+  sub->add_option("--backend", opts->backend, "auto | cpu | cuda");
+  sub->add_option("--seconds", opts->seconds, "time budget per measurement");
+  sub->add_option("--json", opts->json, "also write the JSON object to this file");
+  sub->callback([&run, opts] { run = [opts] { return run_gemv(*opts); }; });
 }
 
 }  // namespace drama::cli

@@ -41,14 +41,13 @@ void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
   const int64_t half = head_dim / 2;
   pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const float pos = static_cast<float>(positions[r]);
+      const double pos = positions[r];
       for (int64_t i = 0; i < half; ++i) {
-        // As Hugging Face computes it: inv_freq and the angle in float32.
-        const float inv_freq =
-            1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-        const float angle = pos * inv_freq;
-        const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
-        const float s = static_cast<float>(std::sin(static_cast<double>(angle)));
+        // As tools/reference computes it: the angle in float64, applied in float32.
+        const double inv_freq =
+            std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
+        const float c = static_cast<float>(std::cos(pos * inv_freq));
+        const float s = static_cast<float>(std::sin(pos * inv_freq));
         for (int64_t h = 0; h < heads; ++h) {
           float* v = x + (r * heads + h) * head_dim;
           const float a = v[i], b = v[i + half];
