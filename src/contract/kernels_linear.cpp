@@ -1,0 +1,255 @@
+// Matrix products (NVFP4 W4A16, BF16) and NVFP4 dequantize.
+//
+// Tolerance (linear): the kernel forms x*w in float32 and sums k products in float32 in some fixed
+// order; dequantization (e2m1 * e4m3 exact, times scale_2) adds one rounding. Per element:
+// |y - ref| <= gamma_{k+2} * sum|x w| (Higham's bound for any summation order). NMSE: a random-
+// order float32 sum has expected NMSE about k u^2 / 6; the limit is 32 k u^2 (k=2048: 2.4e-10),
+// far below float16 activations (about 8e-8) and bfloat16 (about 1e-6), which the twin uses.
+// Exact mode: odd integer inputs in [2049, 4095] (not representable in float16), unit or double
+// block scales, scale_2 = 1: every product is a multiple of 0.5 and every partial sum is below
+// 128 * 4095 * 12 < 2^23, so any summation order gives the exact result bit for bit.
+#include <algorithm>
+#include <memory>
+
+#include "contract/kernels.h"
+#include "contract/registry_util.h"
+
+namespace drama::contract {
+
+namespace {
+
+struct LinearShape {
+  int64_t m, k, rows;
+  bool exact;
+};
+constexpr LinearShape kShapes[] = {{37, 144, 1, false},   {64, 256, 2, false},  {33, 512, 3, false},
+                                   {128, 1024, 5, false}, {19, 2048, 9, false}, {24, 128, 4, true}};
+
+struct LinearInputs {
+  int64_t m, k;
+  std::vector<float> x;
+  Nvfp4Matrix nv;       // used when nvfp4
+  Bf16Matrix bf;        // used otherwise
+  LinearWeight faulty;  // the weight a weight-level fault runs with
+  std::vector<uint8_t> faulty_codes, faulty_scales;
+  const std::vector<double>& w(bool nvfp4) const { return nvfp4 ? nv.w : bf.w; }
+};
+
+// Scalar twins used by faults that replace the kernel.
+void scalar_linear(const LinearInputs& in, bool nvfp4, int64_t r0, int64_t n, bool fp16_acc,
+                   bool reverse_when_batched, std::vector<float>& out) {
+  const auto& w = in.w(nvfp4);
+  out.assign(static_cast<size_t>(n * in.m), 0.0f);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < in.m; ++o) {
+      float acc = 0.0f;
+      _Float16 acc16 = 0;
+      for (int64_t t = 0; t < in.k; ++t) {
+        const int64_t i = (reverse_when_batched && n > 1) ? in.k - 1 - t : t;
+        const float p = in.x[(r0 + r) * in.k + i] * static_cast<float>(w[o * in.k + i]);
+        if (fp16_acc)
+          acc16 = static_cast<_Float16>(acc16 + static_cast<_Float16>(p));
+        else
+          acc += p;
+      }
+      out[r * in.m + o] = fp16_acc ? static_cast<float>(acc16) : acc;
+    }
+}
+
+std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s < std::size(kShapes); ++s) {
+    const LinearShape sh = kShapes[s];
+    Rng rng(seed * 31 + s);
+    auto in = std::make_shared<LinearInputs>();
+    in->m = sh.m;
+    in->k = sh.k;
+    if (nvfp4)
+      in->nv = random_nvfp4(rng, sh.m, sh.k, sh.exact);
+    else
+      in->bf = random_bf16(rng, sh.m, sh.k, 1.0 / std::sqrt(double(sh.k)), sh.exact);
+    in->x.resize(static_cast<size_t>(sh.rows * sh.k));
+    for (auto& v : in->x)
+      v = sh.exact
+              ? static_cast<float>((2049 + 2 * rng.integer(0, 1023)) * (rng.integer(0, 1) ? 1 : -1))
+              : static_cast<float>(rng.normal());
+    // Weight-level faults run the real kernel on a corrupted copy of the weight.
+    if (nvfp4) {
+      in->faulty_codes = in->nv.codes;
+      in->faulty_scales = in->nv.scales;
+      in->faulty = in->nv.view();
+      const int64_t bpr = sh.k / 16;
+      if (fault == Fault::SwappedNibbles)
+        for (auto& b : in->faulty_codes) b = static_cast<uint8_t>((b << 4) | (b >> 4));
+      if (fault == Fault::WrongScaleBlock)
+        for (int64_t o = 0; o < sh.m; ++o)
+          std::rotate(in->faulty_scales.begin() + o * bpr, in->faulty_scales.begin() + o * bpr + 1,
+                      in->faulty_scales.begin() + (o + 1) * bpr);
+      if (fault == Fault::MissingGlobalScale) in->faulty.scale2 = 1.0f;
+      if (fault == Fault::SkippedTailBlock)
+        for (int64_t o = 0; o < sh.m; ++o)
+          std::fill_n(in->faulty_codes.begin() + o * (sh.k / 2) + (sh.k / 2 - 8), 8, 0);
+      in->faulty.data = in->faulty_codes.data();
+      in->faulty.scales = in->faulty_scales.data();
+    }
+    KernelCase c;
+    c.label = std::string(nvfp4 ? "nvfp4" : "bf16") + " m=" + std::to_string(sh.m) +
+              " k=" + std::to_string(sh.k) + " rows=" + std::to_string(sh.rows) +
+              (sh.exact ? " exact" : "");
+    c.rows = sh.rows;
+    c.row_elems = sh.m;
+    c.exact = sh.exact;
+    const auto& w = in->w(nvfp4);
+    c.reference.resize(static_cast<size_t>(sh.rows * sh.m));
+    c.degraded.resize(c.reference.size());
+    c.atol.resize(c.reference.size());
+    for (int64_t r = 0; r < sh.rows; ++r)
+      for (int64_t o = 0; o < sh.m; ++o) {
+        double ref = 0, deg = 0, mag = 0;
+        for (int64_t i = 0; i < sh.k; ++i) {
+          const double xv = in->x[r * sh.k + i], wv = w[o * sh.k + i];
+          ref += xv * wv;
+          deg += to_f16(xv) * wv;  // float16 activations
+          mag += std::fabs(xv * wv);
+        }
+        c.reference[r * sh.m + o] = ref;
+        c.degraded[r * sh.m + o] = deg;
+        c.atol[r * sh.m + o] = gamma32(double(sh.k + 2)) * mag;
+      }
+    c.nmse_limit = 32.0 * double(sh.k) * kU32 * kU32;
+    c.input_norms = {l2(in->x), l2(w)};
+    auto ref = std::make_shared<std::vector<double>>(c.reference);
+    c.run = [in, nvfp4, fault, ref](Backend& b, int64_t r0, int64_t n, float* out) {
+      const float* x = in->x.data() + r0 * in->k;
+      std::vector<float> tmp;
+      switch (fault) {
+        case Fault::SwappedNibbles:
+        case Fault::WrongScaleBlock:
+        case Fault::MissingGlobalScale:
+        case Fault::SkippedTailBlock:
+          b.linear(in->faulty, x, n, out);
+          return true;
+        case Fault::Fp16Accumulation:
+        case Fault::BatchDependentOrder:
+          scalar_linear(*in, nvfp4, r0, n, fault == Fault::Fp16Accumulation,
+                        fault == Fault::BatchDependentOrder, tmp);
+          stage(b, out, tmp.data(), n * in->m);
+          return true;
+        case Fault::ExactReferenceCopy:
+          tmp.resize(static_cast<size_t>(n * in->m));
+          for (size_t i = 0; i < tmp.size(); ++i)
+            tmp[i] = static_cast<float>((*ref)[r0 * in->m + i]);
+          stage(b, out, tmp.data(), n * in->m);
+          return true;
+        default:
+          b.linear(nvfp4 ? in->nv.view() : in->bf.view(), x, n, out);
+          return true;
+      }
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+Limit linear_limit(bool nvfp4) {
+  const int64_t m = 4096, k = 14336;
+  Limit l;
+  l.size = "m=4096 k=14336 rows=1";
+  l.bytes = nvfp4 ? double(m * k / 2 + m * k / 16) : double(m * k * 2);
+  l.factor = 4.0;
+  l.floor_s = 2e-4;
+  l.time_call = [nvfp4, m, k](Backend& b) {
+    Rng rng(7);
+    std::vector<float> x = rng.normals(k), y(m);
+    Nvfp4Matrix nv;
+    Bf16Matrix bf;
+    LinearWeight w;
+    if (nvfp4) {
+      nv.out = m;
+      nv.in = k;
+      nv.codes.assign(size_t(m * k / 2), 0x5a);
+      nv.scales.assign(size_t(m * k / 16), f32_to_e4m3(1.0f));
+      nv.scale2 = 0.01f;
+      w = nv.view();
+    } else {
+      bf.out = m;
+      bf.in = k;
+      bf.data.assign(size_t(m * k), f32_to_bf16(0.01f));
+      w = bf.view();
+    }
+    const LinearWeight dev = b.resident(w);
+    auto xb = b.alloc(x.size() * 4), yb = b.alloc(y.size() * 4);
+    b.upload(xb->data(), x.data(), x.size() * 4);
+    return median_seconds(7, [&] {
+      b.linear(dev, xb->f32(), 1, yb->f32());
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
+}  // namespace
+
+std::vector<KernelCase> linear_nvfp4_cases(uint64_t seed, Fault fault) {
+  return linear_cases(seed, fault, true);
+}
+std::vector<KernelCase> linear_bf16_cases(uint64_t seed, Fault fault) {
+  return linear_cases(seed, fault, false);
+}
+Limit linear_nvfp4_limit() {
+  return linear_limit(true);
+}
+Limit linear_bf16_limit() {
+  return linear_limit(false);
+}
+
+// Dequantize: e2m1 * e4m3 is exact in float32 and one multiply by scale_2 rounds once, so the
+// correctly rounded product is the only right answer: exact mode. Twin: float16 output.
+std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault /*fault*/) {
+  std::vector<KernelCase> cases;
+  const int64_t shapes[][2] = {{5, 144}, {9, 64}, {3, 2048}};
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    Rng rng(seed * 17 + s);
+    auto m = std::make_shared<Nvfp4Matrix>(random_nvfp4(rng, shapes[s][0], shapes[s][1]));
+    KernelCase c;
+    c.label = "rows=" + std::to_string(shapes[s][0]) + " k=" + std::to_string(shapes[s][1]);
+    c.rows = shapes[s][0];
+    c.row_elems = shapes[s][1];
+    c.exact = true;
+    c.reference = m->w;
+    c.degraded.resize(c.reference.size());
+    for (size_t i = 0; i < c.reference.size(); ++i) c.degraded[i] = to_f16(c.reference[i]);
+    c.input_norms = {l2(m->codes), l2(m->scales)};
+    c.run = [m](Backend& b, int64_t r0, int64_t n, float* out) {
+      b.dequantize(m->view(), r0, n, out);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+Limit dequantize_limit() {
+  Limit l;
+  l.size = "rows=256 k=14336";
+  const int64_t rows = 256, k = 14336;
+  l.bytes = double(rows * k) * (0.5 + 1.0 / 16 + 4);
+  l.factor = 8.0;
+  l.floor_s = 2e-4;
+  l.time_call = [rows, k](Backend& b) {
+    Nvfp4Matrix m;
+    m.out = rows;
+    m.in = k;
+    m.codes.assign(size_t(rows * k / 2), 0x3c);
+    m.scales.assign(size_t(rows * k / 16), f32_to_e4m3(1.0f));
+    auto out = b.alloc(size_t(rows * k) * 4);
+    const LinearWeight w = b.resident(m.view());
+    return median_seconds(5, [&] {
+      b.dequantize(w, 0, rows, out->f32());
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
+}  // namespace drama::contract

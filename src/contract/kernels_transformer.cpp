@@ -1,0 +1,379 @@
+// Transformer pieces: embedding sums, RMSNorm, rotary embedding, attention, SwiGLU, add.
+// Each tolerance is derived beside its case builder from float32 unit roundoff u = 2^-24.
+#include <algorithm>
+#include <memory>
+
+#include "contract/kernels.h"
+#include "contract/registry_util.h"
+
+namespace drama::contract {
+
+namespace {
+
+// Elementwise kernels are checked as `rows` slices of odd length, so the batch-invariance gate
+// compares calls of different lengths (SIMD bodies versus tails) element by element.
+constexpr int64_t kSliceRows = 4, kSliceLen = 257;
+
+}  // namespace
+
+// embed_sum: per_row bf16 rows summed in float32: |err| <= gamma_{per_row} * sum|t|; NMSE limit
+// 32 * per_row * u^2. Twin: the sum accumulated in float16.
+std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault) {
+  std::vector<KernelCase> cases;
+  const int64_t shapes[][3] = {{5, 64, 8}, {3, 100, 3}};  // rows, dim, ids per row
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    Rng rng(seed * 13 + s);
+    const int64_t rows = shapes[s][0], dim = shapes[s][1], per = shapes[s][2], vocab = 300;
+    auto table = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(rng.normals(vocab * dim)));
+    auto ids = std::make_shared<std::vector<int32_t>>(rows * per);
+    for (auto& i : *ids) i = static_cast<int32_t>(rng.integer(0, vocab - 1));
+    KernelCase c;
+    c.label = "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim) +
+              " ids=" + std::to_string(per);
+    c.rows = rows;
+    c.row_elems = dim;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t d = 0; d < dim; ++d) {
+        double ref = 0, mag = 0;
+        _Float16 deg = 0;
+        for (int64_t j = 0; j < per; ++j) {
+          const double t = bf16_to_f32((*table)[(*ids)[r * per + j] * dim + d]);
+          ref += t;
+          mag += std::fabs(t);
+          deg = static_cast<_Float16>(deg + static_cast<_Float16>(t));
+        }
+        c.reference.push_back(ref);
+        c.degraded.push_back(static_cast<double>(deg));
+        c.atol.push_back(gamma32(double(per)) * mag);
+      }
+    c.nmse_limit = 32.0 * double(per) * kU32 * kU32;
+    c.input_norms = {l2(*table)};
+    c.run = [table, ids, dim, per](Backend& b, int64_t r0, int64_t n, float* out) {
+      b.embed_sum(table->data(), dim, ids->data() + r0 * per, n, per, out);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// rms_norm: sum of squares (gamma_dim relative), mean, +eps, sqrt (halves the relative error),
+// divide, two multiplies: relative error <= gamma_dim / 2 + 6u per element; NMSE limit its square.
+// Twin: output rounded to float16 (relative 2^-12 > the bound for dim <= 4096).
+std::vector<KernelCase> rms_norm_cases(uint64_t seed, Fault fault) {
+  std::vector<KernelCase> cases;
+  const int64_t shapes[][2] = {{5, 64}, {3, 1000}, {1, 2048}};
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    Rng rng(seed * 19 + s);
+    const int64_t rows = shapes[s][0], dim = shapes[s][1];
+    auto x = std::make_shared<std::vector<float>>(rng.normals(rows * dim, 0.0, 3.0));
+    std::vector<float> wf = rng.normals(dim, 1.0, 0.2);
+    auto w = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(wf));
+    const double eps = 1e-6;
+    KernelCase c;
+    c.label = "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim);
+    c.rows = rows;
+    c.row_elems = dim;
+    c.rtol = gamma32(double(dim)) / 2 + 6 * kU32;
+    c.nmse_limit = c.rtol * c.rtol;
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t d = 0; d < dim; ++d) ss += double((*x)[r * dim + d]) * (*x)[r * dim + d];
+      const double inv = 1.0 / std::sqrt(ss / double(dim) + eps);
+      for (int64_t d = 0; d < dim; ++d) {
+        const double y = (*x)[r * dim + d] * inv * bf16_to_f32((*w)[d]);
+        c.reference.push_back(y);
+        c.degraded.push_back(to_f16(y));
+      }
+    }
+    c.atol.assign(c.reference.size(), 0.0);
+    c.input_norms = {l2(*x), l2(wf)};
+    c.run = [x, w, dim, eps, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      b.rms_norm(x->data() + r0 * dim, w->data(), n, dim, static_cast<float>(eps), out);
+      if (fault == Fault::Unwritten) {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        b.upload(out + n * dim - 1, &nan, sizeof nan);  // as if the last element were skipped
+      }
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// rope: y1 = x1 cos - x2 sin, y2 = x2 cos + x1 sin with the angle pos * theta^(-2i/d) reduced
+// accurately (positions up to 8191): |err| <= 8u (|x1| + |x2|). Twin: cos and sin in float16.
+std::vector<KernelCase> rope_cases(uint64_t seed, Fault fault) {
+  std::vector<KernelCase> cases;
+  const int64_t shapes[][3] = {{5, 4, 64}, {2, 8, 128}, {3, 2, 16}};  // rows, heads, head_dim
+  const double thetas[] = {1e6, 1e4, 1e4};
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    Rng rng(seed * 23 + s);
+    const int64_t rows = shapes[s][0], heads = shapes[s][1], hd = shapes[s][2], half = hd / 2;
+    const double theta = thetas[s];
+    auto x = std::make_shared<std::vector<float>>(rng.normals(rows * heads * hd));
+    auto pos = std::make_shared<std::vector<int32_t>>(rows);
+    for (auto& p : *pos) p = static_cast<int32_t>(rng.integer(0, 8191));
+    KernelCase c;
+    c.label = "rows=" + std::to_string(rows) + " heads=" + std::to_string(heads) +
+              " head_dim=" + std::to_string(hd);
+    c.rows = rows;
+    c.row_elems = heads * hd;
+    c.reference.resize(x->size());
+    c.degraded.resize(x->size());
+    c.atol.resize(x->size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t a = (r * heads + h) * hd + i, b2 = a + half;
+          const double ang = double((*pos)[r]) * std::pow(theta, -2.0 * double(i) / double(hd));
+          const double co = std::cos(ang), si = std::sin(ang), x1 = (*x)[a], x2 = (*x)[b2];
+          c.reference[a] = x1 * co - x2 * si;
+          c.reference[b2] = x2 * co + x1 * si;
+          c.degraded[a] = x1 * to_f16(co) - x2 * to_f16(si);
+          c.degraded[b2] = x2 * to_f16(co) + x1 * to_f16(si);
+          c.atol[a] = c.atol[b2] = 8 * kU32 * (std::fabs(x1) + std::fabs(x2));
+        }
+    c.nmse_limit = 64 * kU32 * kU32;
+    c.input_norms = {l2(*x)};
+    c.run = [x, pos, heads, hd, theta, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      const int64_t per = heads * hd;
+      stage(b, out, x->data() + r0 * per, n * per);
+      if (fault != Fault::WrongRotaryPair) {
+        b.rope(out, n, heads, hd, pos->data() + r0, static_cast<float>(theta));
+        return true;
+      }
+      std::vector<float> y(x->begin() + r0 * per, x->begin() + (r0 + n) * per);
+      for (int64_t r = 0; r < n; ++r)  // interleaved pairs: the GPT-J convention, not ours
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t i = 0; i < hd / 2; ++i) {
+            const double ang =
+                double((*pos)[r0 + r]) * std::pow(theta, -2.0 * double(i) / double(hd));
+            float* p = y.data() + (r * heads + h) * hd + 2 * i;
+            const float x1 = p[0], x2 = p[1];
+            p[0] = static_cast<float>(x1 * std::cos(ang) - x2 * std::sin(ang));
+            p[1] = static_cast<float>(x2 * std::cos(ang) + x1 * std::sin(ang));
+          }
+      stage(b, out, y.data(), n * per);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// attention: scores s_j = q.k_j / sqrt(d) carry e_j <= gamma_{d+1} sum|q||k_j| / sqrt(d); the
+// softmax turns them into relative errors of p_j of at most 2 max_j e_j + (2L + 8)u (exp,
+// normalising sum of L terms, divide); the weighted sum of L values adds gamma_L. So per element
+// |err| <= sum_j p_j |v_j| * (2 max e + (2L + 8)u + gamma_L). NMSE limit 4 ((d + 3L + 16) u)^2.
+// Twin: scores and probabilities rounded to float16.
+std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
+  struct Shape {
+    int64_t rows, nh, nkv, hd, first_pos, window;
+  };
+  const Shape shapes[] = {{1, 4, 2, 64, 37, 0},
+                          {5, 8, 2, 16, 0, 0},
+                          {3, 8, 8, 64, 300, 250},
+                          {2, 32, 4, 128, 100, 0},
+                          {4, 4, 1, 32, 10, 3}};
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    const Shape sh = shapes[s];
+    Rng rng(seed * 29 + s);
+    const int64_t cap = sh.first_pos + sh.rows;
+    auto q = std::make_shared<std::vector<float>>(rng.normals(sh.rows * sh.nh * sh.hd));
+    auto k = std::make_shared<std::vector<float>>(rng.normals(cap * sh.nkv * sh.hd));
+    auto v = std::make_shared<std::vector<float>>(rng.normals(cap * sh.nkv * sh.hd));
+    auto pos = std::make_shared<std::vector<int32_t>>(sh.rows);
+    for (int64_t r = 0; r < sh.rows; ++r) (*pos)[r] = static_cast<int32_t>(sh.first_pos + r);
+    KernelCase c;
+    c.label = "rows=" + std::to_string(sh.rows) + " heads=" + std::to_string(sh.nh) + "/" +
+              std::to_string(sh.nkv) + " head_dim=" + std::to_string(sh.hd) +
+              " pos=" + std::to_string(sh.first_pos) + " window=" + std::to_string(sh.window);
+    c.rows = sh.rows;
+    c.row_elems = sh.nh * sh.hd;
+    const double scale = 1.0 / std::sqrt(double(sh.hd));
+    int64_t max_len = 0;
+    for (int64_t r = 0; r < sh.rows; ++r)
+      for (int64_t h = 0; h < sh.nh; ++h) {
+        const int64_t kvh = h / (sh.nh / sh.nkv), p = (*pos)[r];
+        const int64_t lo = sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : 0;
+        const int64_t L = p - lo + 1;
+        max_len = std::max(max_len, L);
+        std::vector<double> sc(L), sc16(L);
+        double emax = 0;
+        for (int64_t j = 0; j < L; ++j) {
+          double dot = 0, mag = 0;
+          for (int64_t d = 0; d < sh.hd; ++d) {
+            const double qq = (*q)[(r * sh.nh + h) * sh.hd + d];
+            const double kk = (*k)[((lo + j) * sh.nkv + kvh) * sh.hd + d];
+            dot += qq * kk;
+            mag += std::fabs(qq * kk);
+          }
+          sc[j] = dot * scale;
+          sc16[j] = to_f16(sc[j]);
+          emax = std::max(emax, gamma32(double(sh.hd + 1)) * mag * scale);
+        }
+        auto softmax = [](std::vector<double> z, bool f16) {
+          const double m = *std::max_element(z.begin(), z.end());
+          double sum = 0;
+          for (auto& e : z) sum += (e = std::exp(e - m));
+          for (auto& e : z) e = f16 ? to_f16(e / sum) : e / sum;
+          return z;
+        };
+        const std::vector<double> pr = softmax(sc, false), p16 = softmax(sc16, true);
+        for (int64_t d = 0; d < sh.hd; ++d) {
+          double o = 0, o16 = 0, mag = 0;
+          for (int64_t j = 0; j < L; ++j) {
+            const double vv = (*v)[((lo + j) * sh.nkv + kvh) * sh.hd + d];
+            o += pr[j] * vv;
+            o16 += p16[j] * vv;
+            mag += pr[j] * std::fabs(vv);
+          }
+          c.reference.push_back(o);
+          c.degraded.push_back(o16);
+          c.atol.push_back(mag * (2 * emax + double(2 * L + 8) * kU32 + gamma32(double(L))));
+        }
+      }
+    const double t = double(sh.hd + 3 * max_len + 16) * kU32;
+    c.nmse_limit = 4 * t * t;
+    c.input_norms = {l2(*q), l2(*k), l2(*v)};
+    c.run = [q, k, v, pos, sh](Backend& b, int64_t r0, int64_t n, float* out) {
+      b.attention(q->data() + r0 * sh.nh * sh.hd, n, pos->data() + r0, k->data(), v->data(), sh.nh,
+                  sh.nkv, sh.hd, sh.window, out);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// swiglu: silu(g) * u with g centred near 1 (not deep in the sigmoid's flat tails, where a
+// float16 overflow once hid): exp, add, divide and two multiplies, 8u relative (vector exp within
+// 3 ulp). Twin: float16 intermediates.
+std::vector<KernelCase> swiglu_cases(uint64_t seed, Fault fault) {
+  Rng rng(seed * 37);
+  const int64_t n = kSliceRows * kSliceLen;
+  auto g = std::make_shared<std::vector<float>>(rng.normals(n, 1.0, 0.5));
+  auto u = std::make_shared<std::vector<float>>(rng.normals(n));
+  KernelCase c;
+  c.label = "n=" + std::to_string(n) + " as " + std::to_string(kSliceRows) + " slices";
+  c.rows = kSliceRows;
+  c.row_elems = kSliceLen;
+  c.rtol = 8 * kU32;
+  c.nmse_limit = c.rtol * c.rtol;
+  for (int64_t i = 0; i < n; ++i) {
+    const double gg = (*g)[i], uu = (*u)[i];
+    c.reference.push_back(gg / (1.0 + std::exp(-gg)) * uu);
+    const double g16 = to_f16(gg);
+    c.degraded.push_back(to_f16(to_f16(g16 / to_f16(1.0 + to_f16(std::exp(-g16)))) * to_f16(uu)));
+  }
+  c.atol.assign(c.reference.size(), 0.0);
+  c.input_norms = {l2(*g), l2(*u)};
+  c.run = [g, u, fault](Backend& b, int64_t r0, int64_t rows, float* out) {
+    if (fault == Fault::Fp16Accumulation) {
+      std::vector<float> y(static_cast<size_t>(rows * kSliceLen));
+      for (int64_t i = 0; i < rows * kSliceLen; ++i) {
+        const _Float16 gg = static_cast<_Float16>((*g)[r0 * kSliceLen + i]);
+        const _Float16 sig = static_cast<_Float16>(1.0f / (1.0f + std::exp(-float(gg))));
+        y[i] = float(static_cast<_Float16>(gg * sig) *
+                     static_cast<_Float16>((*u)[r0 * kSliceLen + i]));
+      }
+      stage(b, out, y.data(), rows * kSliceLen);
+      return true;
+    }
+    b.swiglu(g->data() + r0 * kSliceLen, u->data() + r0 * kSliceLen, rows * kSliceLen, out);
+    return true;
+  };
+  return {c};
+}
+
+// add: y + x rounded once to float32 is the correctly rounded sum: exact mode. Twin: bfloat16.
+std::vector<KernelCase> add_cases(uint64_t seed, Fault) {
+  Rng rng(seed * 41);
+  const int64_t n = kSliceRows * kSliceLen;
+  auto x = std::make_shared<std::vector<float>>(rng.normals(n));
+  auto y = std::make_shared<std::vector<float>>(rng.normals(n, 0.0, 4.0));
+  KernelCase c;
+  c.label = "n=" + std::to_string(n) + " as " + std::to_string(kSliceRows) + " slices";
+  c.rows = kSliceRows;
+  c.row_elems = kSliceLen;
+  c.exact = true;
+  for (int64_t i = 0; i < n; ++i) {
+    c.reference.push_back(double((*y)[i]) + double((*x)[i]));
+    c.degraded.push_back(to_bf16(c.reference.back()));
+  }
+  c.input_norms = {l2(*x), l2(*y)};
+  c.run = [x, y](Backend& b, int64_t r0, int64_t rows, float* out) {
+    stage(b, out, y->data() + r0 * kSliceLen, rows * kSliceLen);
+    b.add(x->data() + r0 * kSliceLen, rows * kSliceLen, out);
+    return true;
+  };
+  return {c};
+}
+
+Limit attention_limit() {
+  Limit l;
+  l.size = "decode rows=1 heads=32/4 head_dim=128 pos=2047";
+  const int64_t nh = 32, nkv = 4, hd = 128, cap = 2048;
+  l.bytes = double(2 * cap * nkv * hd * 4);
+  l.flops = 4.0 * nh * cap * hd;  // q.k and p.v
+  l.factor = 8.0;
+  l.floor_s = 2e-4;
+  l.time_call = [=](Backend& b) {
+    Rng rng(3);
+    std::vector<float> q = rng.normals(nh * hd), k = rng.normals(cap * nkv * hd),
+                       v = rng.normals(cap * nkv * hd), o(nh * hd);
+    const int32_t pos = cap - 1;
+    return median_seconds(7, [&] {
+      b.attention(q.data(), 1, &pos, k.data(), v.data(), nh, nkv, hd, 0, o.data());
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
+// Elementwise and small kernels: a stated size of 1M elements, limited to 8x the floor of their
+// traffic (copy bandwidth) or arithmetic (scalar multiply-add rate; transcendental functions
+// counted at the operations of a polynomial evaluation: exp 12, erf 24) plus 0.2 ms of overhead.
+Limit elementwise_limit(const char* kernel) {
+  Limit l;
+  const int64_t n = 1 << 20;
+  const std::string name = kernel;
+  l.size = "n=1048576";
+  l.bytes = double(n) * 12;
+  const double per_element = name == "gelu"                               ? 30
+                             : name == "swiglu"                           ? 16
+                             : name == "elu"                              ? 14
+                             : name == "layer_norm" || name == "rms_norm" ? 6
+                             : name == "rope"                             ? 4
+                                                                          : 1;
+  l.flops = double(n) * per_element;
+  l.factor = 8.0;
+  l.floor_s = 2e-4;
+  l.time_call = [n, name](Backend& b) {
+    Rng rng(5);
+    std::vector<float> x = rng.normals(n, 1.0, 0.5), y = rng.normals(n), o(n);
+    const std::vector<uint16_t> w = to_bf16_vec(rng.normals(1024, 1.0, 0.1));
+    return median_seconds(5, [&] {
+      if (name == "swiglu") b.swiglu(x.data(), y.data(), n, o.data());
+      if (name == "add") b.add(x.data(), n, o.data());
+      if (name == "elu") b.elu(x.data(), n, 1.0f, o.data());
+      if (name == "gelu") b.gelu(x.data(), n, o.data());
+      if (name == "guidance_combine") b.guidance_combine(x.data(), y.data(), n, 1.5f, o.data());
+      if (name == "rms_norm") b.rms_norm(x.data(), w.data(), n / 1024, 1024, 1e-6f, o.data());
+      if (name == "scale_rows") b.scale_rows(x.data(), y.data(), n / 1024, 1024, o.data());
+      if (name == "has_non_finite") (void)b.has_non_finite(x.data(), n);
+      if (name == "layer_norm")
+        b.layer_norm(x.data(), y.data(), y.data() + 1024, n / 1024, 1024, 1e-5f, o.data());
+      if (name == "rope") {
+        std::vector<int32_t> pos(n / 1024, 77);
+        b.rope(o.data(), n / 1024, 8, 128, pos.data(), 1e6f);
+      }
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
+}  // namespace drama::contract
