@@ -18,7 +18,11 @@ struct Voice {
   std::string codec_sha256;  // of codec/model.safetensors it was encoded with
 };
 
-// format = "drama-voice/1". Throws naming the file for anything malformed.
+// format = "drama-voice/1". Throws naming the file for anything malformed: a bad header, a
+// format other than expected, missing or malformed metadata (sample_rate, frame_rate,
+// num_codebooks, codec_sha256, and for voices a non-empty transcript), any tensor other than one
+// I32 `codes` [frames >= 1, num_codebooks], or a negative code. Upper code bounds need the
+// codec and are checked by its user (check_mimi_codes).
 Voice read_voice(const std::filesystem::path& path);
 Voice parse_voice(const std::vector<uint8_t>& bytes, const std::string& label);
 void write_voice(const std::filesystem::path& path, const Voice& voice);  // atomic
@@ -26,6 +30,8 @@ std::vector<uint8_t> serialize_voice(const Voice& voice);
 
 // Codes files of `drama codec` and `drama logits`: format = "drama-codes/1", no transcript.
 Voice read_codes(const std::filesystem::path& path);
-void write_codes(const std::filesystem::path& path, const Voice& codes);
+Voice parse_codes(const std::vector<uint8_t>& bytes, const std::string& label);
+void write_codes(const std::filesystem::path& path, const Voice& codes);  // atomic
+std::vector<uint8_t> serialize_codes(const Voice& codes);
 
 }  // namespace drama

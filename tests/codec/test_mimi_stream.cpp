@@ -1,0 +1,104 @@
+// Streaming Mimi decode equals whole-utterance decode bit for bit; codes are validated; encode
+// gives ceil(samples / samples_per_frame) frames.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/backend.h"
+#include "codec/mimi.h"
+#include "codec_testing.h"
+#include "util/error.h"
+
+namespace drama {
+namespace {
+
+class MimiStreamTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    scratch_ = new testing::CodecScratch();
+    testing::write_tiny_codec(scratch_->path() / "codec", 7);
+    backend_ = make_backend({"cpu", 1}).release();
+    model_ = new MimiModel(scratch_->path() / "codec", *backend_);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete backend_;
+    delete scratch_;
+  }
+  static testing::CodecScratch* scratch_;
+  static Backend* backend_;
+  static MimiModel* model_;
+};
+testing::CodecScratch* MimiStreamTest::scratch_ = nullptr;
+Backend* MimiStreamTest::backend_ = nullptr;
+MimiModel* MimiStreamTest::model_ = nullptr;
+
+TEST_F(MimiStreamTest, StreamedEqualsWholeBitwise) {
+  const int64_t k = 8, spf = model_->samples_per_frame();
+  ASSERT_EQ(spf, 1920);
+  for (int64_t frames : {1, 2, 3, 7, 16}) {
+    const auto codes = testing::random_codes(frames, k, model_->codebook_size(), 100 + frames);
+    const std::vector<float> whole = model_->decode(codes, frames, k);
+    ASSERT_EQ(static_cast<int64_t>(whole.size()), frames * spf);
+    MimiDecoderStream stream(*model_);
+    std::vector<float> streamed;
+    for (int64_t f = 0; f < frames; ++f) {
+      const auto pcm = stream.decode_frame(std::span(codes).subspan(f * k, k));
+      ASSERT_EQ(static_cast<int64_t>(pcm.size()), spf);
+      streamed.insert(streamed.end(), pcm.begin(), pcm.end());
+    }
+    ASSERT_EQ(0, std::memcmp(whole.data(), streamed.data(), whole.size() * sizeof(float)))
+        << frames << " frames";
+    double energy = 0;
+    for (float v : whole) {
+      ASSERT_TRUE(std::isfinite(v));
+      energy += v * v;
+    }
+    EXPECT_GT(energy, 0.0);
+  }
+}
+
+TEST_F(MimiStreamTest, ResetStartsANewUtterance) {
+  const auto codes = testing::random_codes(3, 8, model_->codebook_size(), 5);
+  MimiDecoderStream stream(*model_);
+  const auto first = stream.decode_frame(std::span(codes).subspan(0, 8));
+  stream.decode_frame(std::span(codes).subspan(8, 8));
+  stream.reset();
+  const auto again = stream.decode_frame(std::span(codes).subspan(0, 8));
+  EXPECT_EQ(first, again);
+}
+
+TEST_F(MimiStreamTest, FewerCodebooksDecode) {
+  for (int64_t k : {1, 2, 5}) {
+    const auto codes = testing::random_codes(2, k, model_->codebook_size(), 9);
+    EXPECT_EQ(model_->decode(codes, 2, k).size(), 2u * 1920u);
+  }
+}
+
+TEST_F(MimiStreamTest, RefusesBadCodes) {
+  MimiDecoderStream stream(*model_);
+  std::vector<int32_t> codes(8, 0);
+  codes[3] = static_cast<int32_t>(model_->codebook_size());
+  EXPECT_THROW(stream.decode_frame(codes), Error);
+  codes[3] = -1;
+  EXPECT_THROW(stream.decode_frame(codes), Error);
+  EXPECT_THROW(stream.decode_frame(std::vector<int32_t>(9, 0)), Error);  // > num_quantizers
+  EXPECT_THROW(stream.decode_frame(std::vector<int32_t>{}), Error);
+  EXPECT_EQ(stream.frames(), 0);
+}
+
+TEST_F(MimiStreamTest, EncodeFrameCount) {
+  for (int64_t samples : {1, 1919, 1920, 1921, 5000}) {
+    const auto pcm = testing::test_signal(samples, 24000, 3);
+    const auto codes = model_->encode(pcm, 8);
+    const int64_t frames = (samples + 1919) / 1920;
+    ASSERT_EQ(static_cast<int64_t>(codes.size()), frames * 8) << samples;
+    for (int32_t c : codes) ASSERT_TRUE(c >= 0 && c < model_->codebook_size());
+  }
+  EXPECT_THROW(model_->encode(std::vector<float>{}, 8), Error);
+  EXPECT_THROW(model_->encode(std::vector<float>(100, 0.f), 9), Error);
+}
+
+}  // namespace
+}  // namespace drama
