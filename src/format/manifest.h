@@ -55,4 +55,8 @@ VerifyReport verify_directory(const std::filesystem::path& dir, const Manifest& 
 std::optional<Manifest> pinned_manifest(const std::string& weights);
 std::vector<std::string> pinned_weights();  // names that have a shipped manifest
 
+// Text of a JSON file embedded at build time, by its path in the source tree
+// ("checkpoints/mini.json", "configs/mini.json"); nullopt when none was embedded.
+std::optional<std::string> embedded_json_text(const std::string& path);
+
 }  // namespace drama
