@@ -70,9 +70,12 @@ void append_s16le(std::span<const float> pcm, std::string& out) {
   size_t at = out.size();
   out.resize(at + pcm.size() * 2);
   for (size_t i = 0; i < pcm.size(); ++i) {
-    long v = std::lrint(double(pcm[i]) * 32767.0);
-    v = std::clamp<long>(v, -32768, 32767);
-    auto u = uint16_t(int16_t(v));
+    // Same arithmetic as src/audio's float_to_s16 (float multiply, NaN -> 0) so `say` and the
+    // server write identical samples.
+    float x = pcm[i];
+    auto v = std::isnan(x) ? int16_t(0)
+                           : int16_t(std::lrint(std::clamp(x * 32767.0f, -32768.0f, 32767.0f)));
+    auto u = uint16_t(v);
     out[at + 2 * i] = char(u & 0xFF);
     out[at + 2 * i + 1] = char(u >> 8);
   }
