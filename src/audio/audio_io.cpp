@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "util/error.h"
@@ -70,6 +71,25 @@ SF_VIRTUAL_IO virtual_io() {
   return io;
 }
 
+// libsndfile reads a WAV whose data chunk is cut short without an error: it logs
+// "data : N (should be M)" and serves the frames that exist. Such a file is truncated unless the
+// declared size is a streaming placeholder (0xFFFFFFFF or 0: length unknown when written).
+bool wav_data_truncated(SNDFILE* sf) {
+  std::vector<char> log(16384, 0);
+  sf_command(sf, SFC_GET_LOG_INFO, log.data(), static_cast<int>(log.size() - 1));
+  const std::string text(log.data());
+  size_t at = 0;
+  while ((at = text.find("data : ", at)) != std::string::npos) {
+    const size_t eol = text.find('\n', at);
+    const std::string line = text.substr(at, eol == std::string::npos ? eol : eol - at);
+    at += 7;
+    if (line.find("(should be") == std::string::npos) continue;
+    const unsigned long long declared = std::strtoull(line.c_str() + 7, nullptr, 10);
+    if (declared != 0xFFFFFFFFull && declared != 0) return true;
+  }
+  return false;
+}
+
 constexpr int64_t kMaxChannels = 64;
 constexpr int64_t kMaxRate = 768000;
 
@@ -96,6 +116,9 @@ DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string
     throw Error(label + ": unsupported sample rate " + std::to_string(info.samplerate) + ".");
   if (info.frames < 0 || info.frames > (int64_t{1} << 31) / info.channels)
     throw Error(label + ": the audio is too long.");
+  if (wav_data_truncated(sf))
+    throw Error(label +
+                ": the audio data is truncated (the file is shorter than its header says).");
   DecodedAudio out;
   out.sample_rate = info.samplerate;
   out.channels = info.channels;
