@@ -4,6 +4,7 @@
 #include "format/checkpoint.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <string>
@@ -81,8 +82,10 @@ class TensorChecker {
       return w;
     }
     w.format = WeightFormat::NVFP4;
-    if (!quantized_)
+    if (!quantized_ && !reported_unquantized_) {
+      reported_unquantized_ = true;  // once: every expert would repeat it
       problems.push_back(weight + " is NVFP4 but the checkpoint has no hf_quant_config.json");
+    }
     if (in % 16 != 0) {
       problems.push_back(weight + " is NVFP4 but its input size " + std::to_string(in) +
                          " is not a multiple of 16");
@@ -128,6 +131,7 @@ class TensorChecker {
  private:
   const TensorSet& tensors_;
   bool quantized_;
+  bool reported_unquantized_ = false;
 };
 
 LayerWeights dense_layer(TensorChecker& c, const std::string& p, const TransformerConfig& t) {
@@ -191,14 +195,20 @@ void moe_layer(TensorChecker& c, const Drama3Config& cfg, int64_t l, const std::
   }
 }
 
-// "backbone.layers.3.mlp.experts.17.up_proj.weight" -> a hint that expert 17 is not stored.
-std::string unexpected_hint(const std::string& name) {
-  const std::string marker = ".mlp.experts.";
-  const auto at = name.find(marker);
-  if (name.rfind("backbone.layers.", 0) != 0 || at == std::string::npos) return "";
-  const std::string rest = name.substr(at + marker.size());
-  const std::string id = rest.substr(0, rest.find('.'));
-  return " (expert " + id + " is not listed in kept_experts or beyond num_experts)";
+// "backbone.layers.3.mlp.experts.17.up_proj.weight" -> why expert 17 of layer 3 is unexpected.
+std::string unexpected_hint(const std::string& name, const Drama3Config& cfg) {
+  long long layer = -1, id = -1;
+  int end = 0;
+  if (std::sscanf(name.c_str(), "backbone.layers.%lld.mlp.experts.%lld.%n", &layer, &id, &end) !=
+          2 ||
+      end == 0 || layer < 0 || layer >= cfg.backbone.num_layers || id < 0)
+    return "";
+  if (cfg.is_dense_layer(layer)) return " (layer " + std::to_string(layer) + " is dense)";
+  if (id >= cfg.moe.num_experts)
+    return " (expert " + std::to_string(id) +
+           " is beyond num_experts = " + std::to_string(cfg.moe.num_experts) + ")";
+  return " (expert " + std::to_string(id) + " is not listed in kept_experts[" +
+         std::to_string(layer) + "])";
 }
 
 }  // namespace
@@ -248,7 +258,7 @@ Checkpoint::Checkpoint(const std::filesystem::path& dir)
 
   for (const std::string& name : tensors_.names())
     if (!c.expected.count(name))
-      c.problems.push_back("unexpected tensor " + name + unexpected_hint(name));
+      c.problems.push_back("unexpected tensor " + name + unexpected_hint(name, cfg));
 
   if (!c.problems.empty()) {
     std::string msg = "checkpoint " + dir.string() +
