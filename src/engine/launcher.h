@@ -40,6 +40,52 @@ struct ResolvedCheckpoint {
   std::unique_ptr<DeviceLock> lock;
 };
 
+// The manifest a selection names: the user's --manifest (label "override:<name>") or else the
+// pinned manifest shipped for --weights (label "pinned:<repo>@<revision>"). Weights with no
+// shipped manifest are refused (UsageError) with a hint to pass --manifest.
+struct SelectedManifest {
+  Manifest manifest;
+  bool pinned = false;
+  std::string provenance;
+};
+SelectedManifest select_manifest(const WeightsSelection& selection);
+
+// $DRAMA_CACHE, else ~/.cache/drama (the parent of every default checkpoint directory).
+std::filesystem::path default_cache_dir();
+// $DRAMA_ENDPOINT, else https://huggingface.co.
+std::string default_endpoint();
+// $DRAMA_LOCK_DIR, else <default_cache_dir()>/locks.
+std::filesystem::path default_lock_dir();
+
+struct FetchOptions {
+  std::string endpoint;  // empty: default_endpoint()
+  long connect_timeout_s = 30;
+  long low_speed_limit_bytes_s = 1024;  // a transfer slower than this ...
+  long low_speed_time_s = 60;           // ... for this long is abandoned
+  bool progress = true;                 // drawn only when stderr is a terminal
+};
+
+// How a missing checkpoint directory is produced: the shipped "mini" manifest is regenerated
+// locally (write_random_checkpoint from the embedded configs/mini.json, seed 1, NVFP4); every
+// other manifest is downloaded from {endpoint}/{repo}/resolve/{revision}/{path}.
+enum class CheckpointSource { download, regenerate_mini };
+CheckpointSource checkpoint_source(const Manifest& manifest, bool pinned);
+
+// Produces `dest` (which must not exist) from `source`: everything is written into a temporary
+// sibling directory, each file verified against `manifest` (size, then SHA-256), and only then is
+// the temporary directory renamed to `dest` (never replacing anything there). On any failure the
+// temporary directory is removed and one Error names the file and the reason.
+void materialize_checkpoint(const Manifest& manifest, CheckpointSource source,
+                            const std::filesystem::path& dest, const FetchOptions& options);
+
+// The default directory of a manifest: <cache_dir or default_cache_dir()>/<manifest name>.
+std::filesystem::path default_checkpoint_dir(const Manifest& manifest,
+                                             const std::filesystem::path& cache_dir);
+
+// One sentence listing every problem of a failed verification, for refusals.
+std::string describe_problems(const std::filesystem::path& dir, const Manifest& manifest,
+                              const VerifyReport& report);
+
 // Resolves the selection: a missing default directory is downloaded (or, for "mini", generated)
 // before the lock; then the device lock is taken; then every listed file is verified under the
 // lock. Refuses an incomplete or modified directory with the list of bad files, never repairing it.
