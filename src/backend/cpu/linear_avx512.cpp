@@ -1,10 +1,12 @@
-// AVX-512 matrix products. NVFP4 (W4A16): 16 code bytes (two blocks of 16 inputs) are widened to
-// 16 dword lanes; the low and high nibbles index a 16-entry float table with vpermps (which reads
-// only the low 4 bits of each index, so the low nibble needs no mask); the products with the
-// de-interleaved x are scaled per block and accumulated. Four output columns share every x load;
-// two rows share every weight decode. Each (row, column) accumulator sees the same operation
-// sequence whatever the tile, so results are batch invariant. BF16 widens weights to f32 by a
-// shift (activations stay f32) and uses FMA.
+// AVX-512 matrix products. NVFP4 (W4A16) works on groups of 8 blocks (128 inputs) of a column:
+// one 64-byte load holds a block per 64-bit lane; shifting the lanes right by 4p puts code p of
+// each block in the low dword's and code p+8 in the high dword's low 4 bits, and vpermps (which
+// reads only those 4 bits) maps them to floats through a 16-entry table. No byte widening and no
+// per-step scale shuffle: the 8 steps accumulate unscaled per-block products, which are then
+// scaled by the group's 8 block scales in one FMA. x is prepared once per call in the matching
+// order. Four columns share every x load, two rows share every decode, and each (row, column)
+// accumulator sees the same operation sequence whatever the tile, so results are batch
+// invariant. BF16 widens weights to f32 by a shift (activations stay f32) and uses FMA.
 // GCC 12's AVX-512 headers use _mm512_undefined_*() placeholders that trip -Wuninitialized when
 // inlined into target-attributed functions; the warnings concern the header, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -21,26 +23,14 @@
 namespace drama::cpu {
 namespace {
 
-constexpr int64_t kChunk = 32;  // inputs per step: 16 code bytes, 2 scale blocks
+constexpr int64_t kGroup = 128;  // inputs per group: 8 blocks, 64 code bytes, 8 scales
 
 alignas(64) constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                          -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
-// Lanes 0-7 take scale 2c, lanes 8-15 scale 2c+1 of a group of 16 block scales.
-alignas(64) constexpr int32_t kScaleIndex[8][16] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
-    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
-    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
-    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-
-// Up to 16 e4m3 scale bytes to float, exactly: the 7 magnitude bits placed under the f32
+// e4m3 bytes (one per dword lane) to float, exactly: the 7 magnitude bits placed under the f32
 // exponent/mantissa and multiplied by 2^(127-7) (subnormals included); 0x7f is NaN.
-DRAMA_AVX512 inline __m512 e4m3_to_ps(__m128i bytes) {
-  const __m512i b = _mm512_cvtepu8_epi32(bytes);
+DRAMA_AVX512 inline __m512 e4m3_to_ps(__m512i b) {
   const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
   const __m512 f =
       _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1.0p120f));
@@ -50,18 +40,54 @@ DRAMA_AVX512 inline __m512 e4m3_to_ps(__m128i bytes) {
   return _mm512_mask_mov_ps(r, nan, _mm512_set1_ps(__builtin_nanf("")));
 }
 
-// T output columns x R rows, over all inputs. acc[t][r] receives, per 32-input step:
-// p = wlo * xlo; p = fma(whi, xhi, p); acc = fma(p, scale, acc).
+// The scales of 8 blocks, each in the two dword lanes of its block's 64-bit lane.
+DRAMA_AVX512 inline __m512 group_scales(__m128i bytes) {
+  const __m512i q = _mm512_cvtepu8_epi64(bytes);
+  return e4m3_to_ps(_mm512_or_si512(q, _mm512_slli_epi64(q, 32)));
+}
+
+// One group of T columns x R rows. codes[t]: the group's 64 code bytes of column t; s[t]: its 8
+// scale bytes. Per (t, r): two partial sums (even and odd steps p, each a mul then FMAs, so the
+// FMA latency chains stay short) of decode(p) * x(p), added, then acc = fma(part, scales, acc).
+template <int T, int R>
+DRAMA_AVX512 inline __attribute__((always_inline)) void nvfp4_group(const __m512i (&codes)[T],
+                                                                    const __m128i (&s)[T],
+                                                                    const float* const (&x)[R],
+                                                                    __m512 table,
+                                                                    __m512 (&acc)[T][R]) {
+  __m512 part[2][T][R];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    __m512 xv[R];
+    for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(x[i] + p * 16);
+    for (int t = 0; t < T; ++t) {
+      const __m512i idx = p == 0 ? codes[t] : _mm512_srli_epi64(codes[t], 4 * p);
+      const __m512 wv = _mm512_permutexvar_ps(idx, table);
+      for (int i = 0; i < R; ++i) {
+        __m512& sum = part[p & 1][t][i];
+        sum = p < 2 ? _mm512_mul_ps(wv, xv[i]) : _mm512_fmadd_ps(wv, xv[i], sum);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const __m512 scale = group_scales(s[t]);
+    for (int i = 0; i < R; ++i)
+      acc[t][i] = _mm512_fmadd_ps(_mm512_add_ps(part[0][t][i], part[1][t][i]), scale, acc[t][i]);
+  }
+}
+
+// T output columns x R rows over all inputs; the last partial group is read with masked loads
+// (missing blocks decode to zero weights against zero inputs, with zero scales).
 template <int T, int R>
 DRAMA_AVX512 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_stride, int64_t o,
                              int64_t r, float* y) {
-  const int64_t in = w.in;
+  const int64_t in = w.in, blocks = in / 16;
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const uint8_t* c[T];
   const uint8_t* s[T];
   for (int t = 0; t < T; ++t) {
     c[t] = codes + (o + t) * (in / 2);
-    s[t] = w.scales + (o + t) * (in / 16);
+    s[t] = w.scales + (o + t) * blocks;
   }
   const float* x[R];
   for (int i = 0; i < R; ++i) x[i] = xp + (r + i) * xp_stride;
@@ -69,37 +95,28 @@ DRAMA_AVX512 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_
   __m512 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i) acc[t][i] = _mm512_setzero_ps();
-
-  const int64_t blocks = in / 16;
-  for (int64_t b0 = 0; b0 < blocks; b0 += 16) {
-    const int64_t nb = std::min<int64_t>(16, blocks - b0);  // blocks in this group
-    const __mmask16 smask = static_cast<__mmask16>((1u << nb) - 1);
-    __m512 sv[T];
-    for (int t = 0; t < T; ++t) sv[t] = e4m3_to_ps(_mm_maskz_loadu_epi8(smask, s[t] + b0));
-    for (int64_t cc = 0; cc * 2 < nb; ++cc) {
-      const int64_t chunk = b0 / 2 + cc;
-      const bool half = cc * 2 + 1 == nb;  // a last lone block of 16 inputs
-      __m512 xlo[R], xhi[R];
-      for (int i = 0; i < R; ++i) {
-        xlo[i] = _mm512_loadu_ps(x[i] + chunk * kChunk);
-        xhi[i] = _mm512_loadu_ps(x[i] + chunk * kChunk + 16);
-      }
-      const __m512i sidx = _mm512_load_si512(kScaleIndex[cc]);
-      for (int t = 0; t < T; ++t) {
-        const uint8_t* p = c[t] + chunk * 16;
-        const __m128i raw = half ? _mm_maskz_loadu_epi8(0xff, p)
-                                 : _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-        const __m512i v = _mm512_cvtepu8_epi32(raw);
-        const __m512 wlo = _mm512_permutexvar_ps(v, table);
-        const __m512 whi = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
-        const __m512 scale = _mm512_permutexvar_ps(sidx, sv[t]);
-        for (int i = 0; i < R; ++i) {
-          __m512 prod = _mm512_mul_ps(wlo, xlo[i]);
-          prod = _mm512_fmadd_ps(whi, xhi[i], prod);
-          acc[t][i] = _mm512_fmadd_ps(prod, scale, acc[t][i]);
-        }
-      }
+  __m512i q[T];
+  __m128i sb[T];
+  int64_t b0 = 0;
+  for (; b0 + 8 <= blocks; b0 += 8) {
+    for (int t = 0; t < T; ++t) {
+      q[t] = _mm512_loadu_si512(c[t] + b0 * 8);
+      sb[t] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s[t] + b0));
     }
+    const float* xg[R];
+    for (int i = 0; i < R; ++i) xg[i] = x[i] + b0 * 16;
+    nvfp4_group<T, R>(q, sb, xg, table, acc);
+  }
+  if (b0 < blocks) {
+    const int64_t nb = blocks - b0;
+    const auto m = static_cast<__mmask8>((1u << nb) - 1);
+    for (int t = 0; t < T; ++t) {
+      q[t] = _mm512_maskz_loadu_epi64(m, c[t] + b0 * 8);
+      sb[t] = _mm_maskz_loadu_epi8(m, s[t] + b0);
+    }
+    const float* xg[R];
+    for (int i = 0; i < R; ++i) xg[i] = x[i] + b0 * 16;
+    nvfp4_group<T, R>(q, sb, xg, table, acc);
   }
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i)
@@ -170,9 +187,10 @@ DRAMA_AVX512 void bf16_columns(const LinearWeight& w, const float* x, int64_t ro
 }  // namespace
 
 int64_t nvfp4_prepared_floats_avx512(int64_t in) {
-  return (in + kChunk - 1) / kChunk * kChunk;
+  return (in + kGroup - 1) / kGroup * kGroup;
 }
 
+// Group g, step p, lane 2q + h holds input 128g + 16q + 8h + p (code p or p+8 of block q).
 void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp) {
   const int64_t stride = nvfp4_prepared_floats_avx512(in);
   for (int64_t r = 0; r < rows; ++r) {
@@ -180,8 +198,8 @@ void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp)
     float* d = xp + r * stride;
     std::memset(d, 0, sizeof(float) * stride);
     for (int64_t i = 0; i < in; ++i) {
-      const int64_t chunk = i / kChunk, j = i % kChunk;
-      d[chunk * kChunk + (j & 1) * 16 + j / 2] = xr[i];
+      const int64_t g = i / kGroup, j = i % kGroup, q = j / 16, h = (j % 16) / 8, p = j % 8;
+      d[g * kGroup + p * 16 + 2 * q + h] = xr[i];
     }
   }
 }
