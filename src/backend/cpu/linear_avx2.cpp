@@ -1,26 +1,204 @@
-// avx2 matrix products (placeholder forwarding to the scalar oracle until the SIMD kernels land).
+// AVX2 + FMA matrix products, the fallback for CPUs without AVX-512. NVFP4 follows the AVX-512
+// scheme on 256-bit vectors: a group is 4 blocks (64 inputs, 32 code bytes, one block per 64-bit
+// lane); shifting the lanes right by 4p exposes codes p and p+8 of each block; vpermps (3 index
+// bits) maps the magnitude and bit 3 is moved into the float's sign. Partial sums per group are
+// scaled by the 4 block scales in one FMA. A partial last group is copied into a zeroed buffer.
+// BF16 widens weights by a shift and uses FMA. Same tiles and invariance as the AVX-512 path.
+#include <immintrin.h>
+
 #include <cstring>
 
 #include "backend/cpu/linear.h"
 
+#define DRAMA_AVX2 __attribute__((target("avx2,fma")))
+
 namespace drama::cpu {
+namespace {
+
+constexpr int64_t kGroup = 64;  // inputs per group: 4 blocks, 32 code bytes, 4 scales
+
+alignas(32) constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+DRAMA_AVX2 inline __m256 e4m3_to_ps(__m256i b) {
+  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
+  const __m256 f =
+      _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(0x1.0p120f));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+  const __m256 r = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(f), sign));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
+  return _mm256_blendv_ps(r, _mm256_set1_ps(__builtin_nanf("")), nan);
+}
+
+// Codes in the low 4 bits of each dword to floats.
+DRAMA_AVX2 inline __m256 decode(__m256i idx, __m256 table) {
+  const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
+  const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28), _mm256_set1_epi32(INT32_MIN));
+  return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(mag), sign));
+}
+
+template <int T, int R>
+DRAMA_AVX2 inline __attribute__((always_inline)) void nvfp4_group(const uint8_t* const (&c)[T],
+                                                                  const uint8_t* const (&s)[T],
+                                                                  const float* const (&x)[R],
+                                                                  __m256 table,
+                                                                  __m256 (&acc)[T][R]) {
+  __m256i q[T];
+  for (int t = 0; t < T; ++t) q[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c[t]));
+  __m256 part[2][T][R];
+#pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {
+    __m256 xv[R];
+    for (int i = 0; i < R; ++i) xv[i] = _mm256_loadu_ps(x[i] + p * 8);
+    for (int t = 0; t < T; ++t) {
+      const __m256 wv = decode(p == 0 ? q[t] : _mm256_srli_epi64(q[t], 4 * p), table);
+      for (int i = 0; i < R; ++i) {
+        __m256& sum = part[p & 1][t][i];
+        sum = p < 2 ? _mm256_mul_ps(wv, xv[i]) : _mm256_fmadd_ps(wv, xv[i], sum);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    int32_t four;
+    std::memcpy(&four, s[t], 4);
+    const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
+    const __m256 scale = e4m3_to_ps(_mm256_or_si256(b, _mm256_slli_epi64(b, 32)));
+    for (int i = 0; i < R; ++i)
+      acc[t][i] = _mm256_fmadd_ps(_mm256_add_ps(part[0][t][i], part[1][t][i]), scale, acc[t][i]);
+  }
+}
+
+DRAMA_AVX2 inline float reduce(__m256 v) {
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_add_ss(a, _mm_movehdup_ps(a));
+  return _mm_cvtss_f32(a);
+}
+
+template <int T, int R>
+DRAMA_AVX2 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_stride, int64_t o,
+                           int64_t r, float* y) {
+  const int64_t in = w.in, blocks = in / 16;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const __m256 table = _mm256_load_ps(kMagnitude);
+  __m256 acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) acc[t][i] = _mm256_setzero_ps();
+  const uint8_t* c[T];
+  const uint8_t* s[T];
+  const float* x[R];
+  int64_t b0 = 0;
+  for (; b0 + 4 <= blocks; b0 += 4) {
+    for (int t = 0; t < T; ++t) {
+      c[t] = codes + (o + t) * (in / 2) + b0 * 8;
+      s[t] = w.scales + (o + t) * blocks + b0;
+    }
+    for (int i = 0; i < R; ++i) x[i] = xp + (r + i) * xp_stride + b0 * 16;
+    nvfp4_group<T, R>(c, s, x, table, acc);
+  }
+  if (b0 < blocks) {
+    const int64_t nb = blocks - b0;
+    alignas(32) uint8_t tail_codes[T][32] = {}, tail_scales[T][4] = {};
+    for (int t = 0; t < T; ++t) {
+      std::memcpy(tail_codes[t], codes + (o + t) * (in / 2) + b0 * 8, nb * 8);
+      std::memcpy(tail_scales[t], w.scales + (o + t) * blocks + b0, nb);
+      c[t] = tail_codes[t];
+      s[t] = tail_scales[t];
+    }
+    for (int i = 0; i < R; ++i) x[i] = xp + (r + i) * xp_stride + b0 * 16;
+    nvfp4_group<T, R>(c, s, x, table, acc);
+  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = reduce(acc[t][i]) * w.scale2;
+}
+
+template <int T>
+DRAMA_AVX2 void nvfp4_columns(const LinearWeight& w, const float* xp, int64_t stride, int64_t rows,
+                              int64_t o, float* y) {
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2) nvfp4_tile<T, 2>(w, xp, stride, o, r, y);
+  if (r < rows) nvfp4_tile<T, 1>(w, xp, stride, o, r, y);
+}
+
+DRAMA_AVX2 inline __m256 bf16x8(const uint16_t* p) {
+  const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+// T columns x R rows; 8-input steps, the tail step through zero-padded copies.
+template <int T, int R>
+DRAMA_AVX2 void bf16_tile(const LinearWeight& w, const float* x, int64_t o, int64_t r, float* y) {
+  const int64_t in = w.in;
+  const uint16_t* wr[T];
+  for (int t = 0; t < T; ++t) wr[t] = static_cast<const uint16_t*>(w.data) + (o + t) * in;
+  const float* xr[R];
+  for (int i = 0; i < R; ++i) xr[i] = x + (r + i) * in;
+  __m256 acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) acc[t][i] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= in; k += 8) {
+    __m256 xv[R];
+    for (int i = 0; i < R; ++i) xv[i] = _mm256_loadu_ps(xr[i] + k);
+    for (int t = 0; t < T; ++t) {
+      const __m256 wv = bf16x8(wr[t] + k);
+      for (int i = 0; i < R; ++i) acc[t][i] = _mm256_fmadd_ps(wv, xv[i], acc[t][i]);
+    }
+  }
+  if (k < in) {
+    alignas(32) float xt[R][8] = {};
+    alignas(32) uint16_t wt[T][8] = {};
+    for (int i = 0; i < R; ++i) std::memcpy(xt[i], xr[i] + k, (in - k) * sizeof(float));
+    for (int t = 0; t < T; ++t) std::memcpy(wt[t], wr[t] + k, (in - k) * sizeof(uint16_t));
+    for (int t = 0; t < T; ++t) {
+      const __m256 wv = bf16x8(wt[t]);
+      for (int i = 0; i < R; ++i) acc[t][i] = _mm256_fmadd_ps(wv, _mm256_load_ps(xt[i]), acc[t][i]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = reduce(acc[t][i]);
+}
+
+template <int T>
+DRAMA_AVX2 void bf16_columns(const LinearWeight& w, const float* x, int64_t rows, int64_t o,
+                             float* y) {
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2) bf16_tile<T, 2>(w, x, o, r, y);
+  if (r < rows) bf16_tile<T, 1>(w, x, o, r, y);
+}
+
+}  // namespace
 
 int64_t nvfp4_prepared_floats_avx2(int64_t in) {
-  return in;
+  return (in + kGroup - 1) / kGroup * kGroup;
 }
 
+// Group g, step p, lane 2q + h holds input 64g + 16q + 8h + p (code p or p+8 of block q).
 void nvfp4_prepare_x_avx2(const float* x, int64_t rows, int64_t in, float* xp) {
-  std::memcpy(xp, x, sizeof(float) * rows * in);
+  const int64_t stride = nvfp4_prepared_floats_avx2(in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * in;
+    float* d = xp + r * stride;
+    std::memset(d, 0, sizeof(float) * stride);
+    for (int64_t i = 0; i < in; ++i) {
+      const int64_t g = i / kGroup, j = i % kGroup, q = j / 16, h = (j % 16) / 8, p = j % 8;
+      d[g * kGroup + p * 8 + 2 * q + h] = xr[i];
+    }
+  }
 }
 
-void nvfp4_linear_avx2(const LinearWeight& w, const float* xp, int64_t rows, float* y, int64_t o0,
-                       int64_t o1) {
-  nvfp4_linear_scalar(w, xp, rows, y, o0, o1);
+DRAMA_AVX2 void nvfp4_linear_avx2(const LinearWeight& w, const float* xp, int64_t rows, float* y,
+                                  int64_t o0, int64_t o1) {
+  const int64_t stride = nvfp4_prepared_floats_avx2(w.in);
+  int64_t o = o0;
+  for (; o + 4 <= o1; o += 4) nvfp4_columns<4>(w, xp, stride, rows, o, y);
+  for (; o < o1; ++o) nvfp4_columns<1>(w, xp, stride, rows, o, y);
 }
 
-void bf16_linear_avx2(const LinearWeight& w, const float* x, int64_t rows, float* y, int64_t o0,
-                      int64_t o1) {
-  bf16_linear_scalar(w, x, rows, y, o0, o1);
+DRAMA_AVX2 void bf16_linear_avx2(const LinearWeight& w, const float* x, int64_t rows, float* y,
+                                 int64_t o0, int64_t o1) {
+  int64_t o = o0;
+  for (; o + 4 <= o1; o += 4) bf16_columns<4>(w, x, rows, o, y);
+  for (; o < o1; ++o) bf16_columns<1>(w, x, rows, o, y);
 }
 
 }  // namespace drama::cpu
