@@ -1,0 +1,113 @@
+// Codec kernels of the CPU backend against float64 loops: grouped/strided/dilated conv1d,
+// transposed conv1d, ELU, exact GELU, LayerNorm, layer scale, vector-quantizer decode/encode.
+#include "cpu_test_util.h"
+
+namespace drama::test {
+namespace {
+
+constexpr uint32_t kSeed = 3030;
+
+TEST(CpuCodec, Conv1dGroupsStrideDilation) {
+  std::mt19937 rng(kSeed);
+  const int64_t in_ch = 4, out_ch = 6, kernel = 3, stride = 2, dilation = 2, groups = 2, len = 17;
+  const int64_t ipg = in_ch / groups, opg = out_ch / groups;
+  const int64_t out_len = (len - dilation * (kernel - 1) - 1) / stride + 1;
+  auto x = random_floats(rng, in_ch * len), w = random_floats(rng, out_ch * ipg * kernel);
+  auto b = random_floats(rng, out_ch);
+  for (int threads : {1, 3}) {
+    std::vector<float> y(out_ch * out_len, NAN);
+    cpu::CpuBackend(threads, cpu::Isa::Scalar)
+        .conv1d(x.data(), in_ch, len, w.data(), b.data(), out_ch, kernel, stride, dilation, groups,
+                y.data(), out_len);
+    for (int64_t o = 0; o < out_ch; ++o)
+      for (int64_t t = 0; t < out_len; ++t) {
+        double ref = b[o];
+        const int64_t g = o / opg;
+        for (int64_t c = 0; c < ipg; ++c)
+          for (int64_t j = 0; j < kernel; ++j)
+            ref += double(w[(o * ipg + c) * kernel + j]) *
+                   x[(g * ipg + c) * len + t * stride + j * dilation];
+        ASSERT_NEAR(y[o * out_len + t], ref, 1e-5) << o << "," << t;
+      }
+  }
+}
+
+TEST(CpuCodec, ConvTranspose1dFullOutput) {
+  std::mt19937 rng(kSeed + 1);
+  const int64_t in_ch = 4, out_ch = 2, kernel = 4, stride = 2, groups = 2, len = 5;
+  const int64_t ipg = in_ch / groups, opg = out_ch / groups, out_len = (len - 1) * stride + kernel;
+  auto x = random_floats(rng, in_ch * len), w = random_floats(rng, in_ch * opg * kernel);
+  auto b = random_floats(rng, out_ch);
+  std::vector<double> ref(out_ch * out_len);
+  for (int64_t o = 0; o < out_ch; ++o)
+    for (int64_t u = 0; u < out_len; ++u) ref[o * out_len + u] = b[o];
+  for (int64_t ci = 0; ci < in_ch; ++ci)
+    for (int64_t ol = 0; ol < opg; ++ol)
+      for (int64_t t = 0; t < len; ++t)
+        for (int64_t j = 0; j < kernel; ++j) {
+          const int64_t o = (ci / ipg) * opg + ol;
+          ref[o * out_len + t * stride + j] +=
+              double(x[ci * len + t]) * w[(ci * opg + ol) * kernel + j];
+        }
+  std::vector<float> y(out_ch * out_len, NAN);
+  cpu::CpuBackend(2, cpu::Isa::Scalar)
+      .conv_transpose1d(x.data(), in_ch, len, w.data(), b.data(), out_ch, kernel, stride, groups,
+                        y.data());
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-5) << i;
+}
+
+TEST(CpuCodec, Activations) {
+  std::mt19937 rng(kSeed + 2);
+  auto x = random_floats(rng, 2000, -8.0f, 8.0f);
+  std::vector<float> e(x.size()), g(x.size());
+  cpu::CpuBackend be(2, cpu::Isa::Scalar);
+  be.elu(x.data(), x.size(), 1.0f, e.data());
+  be.gelu(x.data(), x.size(), g.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    ASSERT_NEAR(e[i], v > 0 ? v : std::expm1(v), 1e-6);
+    ASSERT_NEAR(g[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 2e-6 * (1 + std::abs(v)));
+  }
+}
+
+TEST(CpuCodec, LayerNormAndScale) {
+  std::mt19937 rng(kSeed + 3);
+  const int64_t rows = 3, dim = 512;
+  auto x = random_floats(rng, rows * dim, -2.0f, 3.0f), w = random_floats(rng, dim);
+  auto b = random_floats(rng, dim);
+  std::vector<float> y(rows * dim), z(rows * dim);
+  cpu::CpuBackend be(2, cpu::Isa::Scalar);
+  be.layer_norm(x.data(), w.data(), b.data(), rows, dim, 1e-5f, y.data());
+  be.scale_rows(x.data(), w.data(), rows, dim, z.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double m = 0, v = 0;
+    for (int64_t d = 0; d < dim; ++d) m += x[r * dim + d];
+    m /= dim;
+    for (int64_t d = 0; d < dim; ++d) v += (x[r * dim + d] - m) * (x[r * dim + d] - m);
+    v /= dim;
+    for (int64_t d = 0; d < dim; ++d) {
+      ASSERT_NEAR(y[r * dim + d], (x[r * dim + d] - m) / std::sqrt(v + 1e-5) * w[d] + b[d], 2e-6);
+      ASSERT_EQ(z[r * dim + d], x[r * dim + d] * w[d]);
+    }
+  }
+}
+
+TEST(CpuCodec, VectorQuantizerRoundTripAndTies) {
+  std::mt19937 rng(kSeed + 4);
+  const int64_t size = 64, dim = 8;
+  auto book = random_floats(rng, size * dim);
+  std::vector<int32_t> codes = {5, 0, 63, 17}, back(4);
+  std::vector<float> vecs(4 * dim);
+  cpu::CpuBackend be(2, cpu::Isa::Scalar);
+  be.vq_decode(book.data(), dim, codes.data(), 4, vecs.data());
+  be.vq_encode(book.data(), size, dim, vecs.data(), 4, back.data());
+  EXPECT_EQ(back, codes);
+  // Two identical codebook rows: the lower index wins.
+  std::copy(book.begin() + 9 * dim, book.begin() + 10 * dim, book.begin() + 3 * dim);
+  int32_t code = -1;
+  be.vq_encode(book.data(), size, dim, book.data() + 9 * dim, 1, &code);
+  EXPECT_EQ(code, 3);
+}
+
+}  // namespace
+}  // namespace drama::test
