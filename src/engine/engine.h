@@ -13,19 +13,19 @@
 
 #include "backend/backend.h"
 #include "format/voice.h"
+#include "model/guidance.h"  // CfgMode
 
 namespace drama {
 
-enum class CfgMode { Paired, Separate };
-
 struct SpeechRequest {
-  std::string text;                    // UTF-8, 1..4096 characters
-  const Voice* voice = nullptr;        // none = unguided, one branch
+  std::string text;              // UTF-8, 1..4096 characters
+  const Voice* voice = nullptr;  // none = unguided, one branch
   uint64_t seed = 0;
   SamplingParams sampling;
-  float gamma = 1.5f;                  // 1 = no guidance (the unconditional branch never runs)
+  float gamma = 1.5f;  // 1 = no guidance (the unconditional branch never runs)
   CfgMode cfg = CfgMode::Paired;
   double max_duration_s = 60.0;
+  int64_t max_frames = -1;  // >= 0: also at most this many frames (tests, benches)
 };
 
 struct SpeechResult {
@@ -40,6 +40,8 @@ struct SpeechResult {
 // Called after every frame with that frame's PCM (float, [-1, 1], codec rate, mono). Return false
 // to cancel (the client went away): generation stops before the next frame.
 using AudioSink = std::function<bool(std::span<const float> pcm)>;
+// Called after every frame with its K codes (the codec's input). Return false to cancel.
+using CodesSink = std::function<bool(std::span<const int32_t> codes)>;
 
 struct EngineOptions {
   BackendOptions backend;
@@ -51,6 +53,10 @@ class Engine {
   virtual ~Engine() = default;
   virtual SpeechResult speak(const SpeechRequest& request, const AudioSink& sink,
                              const std::atomic<bool>* cancel = nullptr) = 0;
+  // The same generation without the codec: streams each frame's codes (`drama say -o x.codes`,
+  // parity tools). speak() is this plus the streaming codec decoder.
+  virtual SpeechResult generate_codes(const SpeechRequest& request, const CodesSink& sink,
+                                      const std::atomic<bool>* cancel = nullptr) = 0;
   virtual std::string backend_name() const = 0;
   virtual std::string model_name() const = 0;
   virtual int64_t sample_rate() const = 0;
@@ -58,11 +64,19 @@ class Engine {
   virtual std::string codec_sha256() const = 0;
   virtual SamplingParams default_sampling() const = 0;
   virtual float default_gamma() const = 0;
+  virtual int64_t num_codebooks() const = 0;
   // The voice writer: reference audio (mono, codec rate) + transcript -> voice.
   virtual Voice make_voice(std::span<const float> pcm, const std::string& transcript) = 0;
 };
 
-// Loads a checkpoint directory that the launcher has already verified.
+// The device-lock id of a backend selection: "cpu", or "cuda0" when it runs on the GPU.
+std::string engine_device_id(const BackendOptions& options);
+
+// Loads a checkpoint directory that the launcher has already verified. Refuses (drama::Error) a
+// codec whose codebook size differs from the model's or that has fewer quantizers than the model's
+// codebooks. Requests are refused when text is empty or over 4096 characters, a voice does not
+// match the model (codebook count) or the codec (codec_sha256), or the prompt exceeds the model's
+// max_position_embeddings.
 std::unique_ptr<Engine> load_engine(const std::filesystem::path& checkpoint_dir,
                                     const EngineOptions& options);
 

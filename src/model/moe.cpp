@@ -1,5 +1,6 @@
 #include "model/moe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -17,10 +18,11 @@ std::unique_ptr<DeviceBuffer> upload_table(Backend& be, const std::vector<int32_
 }  // namespace
 
 MoeBlock::MoeBlock(Backend& backend, const MoeWeights& weights, const MoeConfig& config)
-    : w_(weights), k_(config.experts_per_token), norm_topk_(config.norm_topk_prob) {
-  if (static_cast<int64_t>(w_.experts.size()) < k_)
-    throw Error("MoE layer stores " + std::to_string(w_.experts.size()) +
-                " experts, fewer than experts_per_token " + std::to_string(k_));
+    : w_(weights),
+      // A layer storing fewer experts than experts_per_token routes to all of them.
+      k_(std::min<int64_t>(config.experts_per_token, static_cast<int64_t>(weights.experts.size()))),
+      norm_topk_(config.norm_topk_prob) {
+  if (w_.experts.empty()) throw Error("a MoE layer stores no experts");
   logit_column_ = upload_table(backend, w_.logit_column);
   original_id_ = upload_table(backend, w_.original_id);
 }

@@ -1,0 +1,172 @@
+// load_engine: Checkpoint + backend + Drama3Model + Mimi codec, and the streaming speak() loop
+// (spec section 6 for generation, section 7 for streamed decoding, section 8 for voices).
+#include "engine/engine.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "codec/mimi.h"
+#include "format/checkpoint.h"
+#include "model/drama3_model.h"
+#include "model/prompt.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace drama {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+class DramaEngine final : public Engine {
+ public:
+  DramaEngine(const std::filesystem::path& dir, const EngineOptions& options)
+      : checkpoint_(dir), backend_(make_backend(options.backend)) {
+    model_ = std::make_unique<Drama3Model>(checkpoint_, *backend_);
+    const auto& audio = checkpoint_.config().audio;
+    if (std::filesystem::exists(dir / "codec" / "config.json")) {
+      codec_ = std::make_unique<MimiModel>(dir / "codec", *backend_);
+      if (codec_->codebook_size() != audio.codebook_size)
+        throw Error(dir.string() + "/codec: codebook_size " +
+                    std::to_string(codec_->codebook_size()) + " differs from the model's " +
+                    std::to_string(audio.codebook_size));
+      if (codec_->num_quantizers() < audio.num_codebooks)
+        throw Error(dir.string() + "/codec: " + std::to_string(codec_->num_quantizers()) +
+                    " quantizers, fewer than the model's " + std::to_string(audio.num_codebooks) +
+                    " codebooks");
+    }
+    name_ = std::filesystem::weakly_canonical(dir).filename().string();
+  }
+
+  SpeechResult speak(const SpeechRequest& request, const AudioSink& sink,
+                     const std::atomic<bool>* cancel) override {
+    if (!codec_)
+      throw Error(checkpoint_.dir().string() + " has no codec/ directory; only codes can be made");
+    MimiDecoderStream stream(*codec_);
+    std::vector<float> pcm;
+    int64_t samples = 0;
+    const double t0 = now_s();
+    double first = -1;
+    SpeechResult r = generate_codes(
+        request,
+        [&](std::span<const int32_t> codes) {
+          stream.decode_frame(codes, pcm);
+          samples += static_cast<int64_t>(pcm.size());
+          if (first < 0) first = now_s() - t0;
+          return sink(pcm);
+        },
+        cancel);
+    r.samples = samples;
+    r.seconds_to_first_audio = first < 0 ? 0 : first;
+    return r;
+  }
+
+  SpeechResult generate_codes(const SpeechRequest& request, const CodesSink& sink,
+                              const std::atomic<bool>* cancel) override {
+    const Drama3Config& c = checkpoint_.config();
+    if (request.text.empty()) throw UsageError("the text to speak is empty");
+    if (request.text.size() > 4 * 4096 || count_characters(request.text) > 4096)
+      throw UsageError("the text to speak is longer than 4096 characters");
+    if (!(request.gamma >= 0.0f) || !std::isfinite(request.gamma))
+      throw UsageError("guidance gamma must be a finite number >= 0");
+    const double t0 = now_s();
+    const bool guided = request.voice && request.gamma != 1.0f;
+    Prompt cond, uncond;
+    if (request.voice) {
+      check_voice(c, *request.voice, codec_sha256());
+      cond = conditional_prompt(c, request.text, *request.voice);
+    } else {
+      cond = unconditional_prompt(c, request.text);
+    }
+    if (guided) uncond = unconditional_prompt(c, request.text);
+    GenerationOptions o;
+    o.seed = request.seed;
+    o.sampling = request.sampling;
+    o.gamma = request.gamma;
+    o.cfg = request.cfg;
+    o.max_frames =
+        static_cast<int64_t>(std::floor(request.max_duration_s * c.audio.frame_rate + 1e-9));
+    if (request.max_frames >= 0) o.max_frames = std::min(o.max_frames, request.max_frames);
+    SpeechResult r;
+    double first = -1;
+    GenerationResult g = model_->generate(
+        cond, guided ? &uncond : nullptr, o,
+        [&](int64_t, std::span<const int32_t> codes) {
+          if (first < 0) first = now_s() - t0;
+          return sink ? sink(codes) : true;
+        },
+        cancel);
+    r.frames = g.frames;
+    r.reached_eos = g.stop == StopReason::Eos;
+    r.cancelled = g.stop == StopReason::Cancelled;
+    r.seconds_to_first_audio = first < 0 ? 0 : first;
+    r.seconds_total = now_s() - t0;
+    return r;
+  }
+
+  std::string backend_name() const override { return backend_->name(); }
+  std::string model_name() const override { return name_; }
+  int64_t sample_rate() const override {
+    return codec_ ? codec_->sample_rate() : checkpoint_.config().audio.sample_rate;
+  }
+  double frame_rate() const override { return checkpoint_.config().audio.frame_rate; }
+  std::string codec_sha256() const override { return codec_ ? codec_->codec_sha256() : ""; }
+  SamplingParams default_sampling() const override {
+    const auto& s = checkpoint_.config().sampling;
+    return {static_cast<float>(s.temperature), static_cast<int32_t>(s.top_k),
+            static_cast<float>(s.top_p)};
+  }
+  float default_gamma() const override {
+    return static_cast<float>(checkpoint_.config().default_gamma);
+  }
+  int64_t num_codebooks() const override { return checkpoint_.config().audio.num_codebooks; }
+
+  Voice make_voice(std::span<const float> pcm, const std::string& transcript) override {
+    if (!codec_) throw Error(checkpoint_.dir().string() + " has no codec/ directory");
+    Voice v;
+    v.num_codebooks = num_codebooks();
+    v.codes = codec_->encode(pcm, v.num_codebooks);
+    v.frames = static_cast<int64_t>(v.codes.size()) / v.num_codebooks;
+    v.transcript = transcript;
+    v.sample_rate = codec_->sample_rate();
+    v.frame_rate = codec_->frame_rate();
+    v.codec_sha256 = codec_->codec_sha256();
+    return v;
+  }
+
+ private:
+  static int64_t count_characters(const std::string& s) {
+    int64_t n = 0;
+    for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+    return n;
+  }
+
+  Checkpoint checkpoint_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Drama3Model> model_;
+  std::unique_ptr<MimiModel> codec_;
+  std::string name_;
+};
+
+}  // namespace
+
+#ifdef DRAMA_WITH_CUDA
+bool cuda_device_present();  // src/backend/cuda/
+#endif
+
+std::string engine_device_id(const BackendOptions& options) {
+#ifdef DRAMA_WITH_CUDA
+  if (options.kind == "cuda" || (options.kind == "auto" && cuda_device_present())) return "cuda0";
+#endif
+  (void)options;
+  return "cpu";
+}
+
+std::unique_ptr<Engine> load_engine(const std::filesystem::path& checkpoint_dir,
+                                    const EngineOptions& options) {
+  return std::make_unique<DramaEngine>(checkpoint_dir, options);
+}
+
+}  // namespace drama
