@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -124,11 +125,18 @@ int SpeechServer::bind() {
 }
 
 void SpeechServer::run() {
+  run_entered_ = true;
+  if (stop_requested_) return;
   http_->listen_after_bind();
 }
 
 void SpeechServer::stop() {
   admission_.shutdown();
+  stop_requested_ = true;
+  // httplib's stop() does nothing until listen has started: wait for it if run() is under way.
+  for (int i = 0; i < 200 && run_entered_ && !http_->is_running(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   http_->stop();
 }
 

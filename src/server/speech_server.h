@@ -75,6 +75,8 @@ class SpeechServer {
   std::mutex rng_mutex_;
   std::mt19937_64 rng_;
   std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<bool> run_entered_{false};
+  std::atomic<bool> stop_requested_{false};
 };
 
 }  // namespace drama::server
