@@ -53,6 +53,14 @@ size_t beyond_cache_bytes() {
   return std::clamp<size_t>(2 * llc, size_t{256} << 20, size_t{1} << 30);
 }
 
+// The 1-minute load average: on a shared machine, the context the figures were taken in.
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1.0;
+  in >> load;
+  return load;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -211,6 +219,8 @@ int run_gemv(const GemvOptions& o) {
       {"backend", name},
       {"isa", name.substr(name.find('(') + 1, name.find(',') - name.find('(') - 1)},
       {"threads", o.threads},
+      {"load_average_1min", load_average()},
+      {"cores_online", sysconf(_SC_NPROCESSORS_ONLN)},
       {"m", o.m},
       {"k", o.k},
       {"runs", runs},
