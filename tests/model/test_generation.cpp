@@ -138,7 +138,9 @@ TEST(Generation, StopsAtMaxFramesAndOnCallbackAndCancel) {
   o.sampling = {0.9f, 0, 1.0f};
   auto r = l.model.generate(p, nullptr, o, {});
   EXPECT_LE(r.frames, 4);
-  if (r.stop != StopReason::Eos) EXPECT_EQ(r.stop, StopReason::MaxFrames);
+  if (r.stop != StopReason::Eos) {
+    EXPECT_EQ(r.stop, StopReason::MaxFrames);
+  }
   o.max_frames = 50;
   int calls = 0;
   r = l.model.generate(p, nullptr, o,
@@ -165,7 +167,9 @@ TEST(Generation, StopsAtThePositionLimit) {
   o.sampling = {0.9f, 0, 1.0f};
   const auto r = l.model.generate(p, nullptr, o, {});
   EXPECT_LE(r.frames, 2);
-  if (r.stop != StopReason::Eos) EXPECT_EQ(r.stop, StopReason::PositionLimit);
+  if (r.stop != StopReason::Eos) {
+    EXPECT_EQ(r.stop, StopReason::PositionLimit);
+  }
 }
 
 TEST(Refusals, PromptLongerThanThePositionLimit) {
