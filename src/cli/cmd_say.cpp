@@ -65,6 +65,7 @@ int run_say(const SayOptions& o) {
     codes.num_codebooks = engine->num_codebooks();
     codes.sample_rate = engine->sample_rate();
     codes.frame_rate = engine->frame_rate();
+    codes.codec_sha256 = engine->codec_sha256();
     r = engine->generate_codes(req, [&](std::span<const int32_t> c) {
       codes.codes.insert(codes.codes.end(), c.begin(), c.end());
       ++codes.frames;

@@ -43,10 +43,12 @@ struct Inputs {
 Inputs write_inputs(const std::filesystem::path& ckpt, const std::string& name) {
   const Drama3Config c = load_drama3_config(ckpt / "config.json");
   Inputs in{test_dir() / (name + ".codes"), test_dir() / (name + ".voice")};
+  const std::string codec = sha256_file(ckpt / "codec" / "model.safetensors");
   Voice codes = random_voice(c, 6, 17, "");
+  codes.codec_sha256 = codec;
   write_codes(in.codes, codes);
   Voice voice = random_voice(c, 5, 23, "The reference transcript.");
-  voice.codec_sha256 = sha256_file(ckpt / "codec" / "model.safetensors");
+  voice.codec_sha256 = codec;
   write_voice(in.voice, voice);
   return in;
 }
