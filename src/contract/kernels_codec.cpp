@@ -46,14 +46,14 @@ std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault) {
       for (int64_t t = 0; t < out_len; ++t) {
         const int64_t g = o / opg;
         double ref = sh.bias ? (*b)[o] : 0.0, mag = std::fabs(ref);
-        _Float16 deg = static_cast<_Float16>(ref);
+        double deg = to_f16(ref);  // a float16 accumulator
         for (int64_t ci = 0; ci < ipg; ++ci)
           for (int64_t j = 0; j < sh.kernel; ++j) {
             const double p = double((*w)[(o * ipg + ci) * sh.kernel + j]) *
                              (*x)[(g * ipg + ci) * sh.len + t * sh.stride + j * sh.dilation];
             ref += p;
             mag += std::fabs(p);
-            deg = static_cast<_Float16>(deg + static_cast<_Float16>(p));
+            deg = to_f16(deg + to_f16(p));
           }
         c.reference.push_back(ref);
         c.degraded.push_back(double(deg));
@@ -94,13 +94,13 @@ std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault) {
     c.rows = 1;
     c.row_elems = sh.out * out_len;
     std::vector<double> ref(c.row_elems), mag(c.row_elems);
-    std::vector<_Float16> deg(c.row_elems);
+    std::vector<double> deg(c.row_elems);  // float16 values
     for (int64_t o = 0; o < sh.out; ++o)
       for (int64_t t = 0; t < out_len; ++t) {
         const double bias = sh.bias ? (*b)[o] : 0.0;
         ref[o * out_len + t] = bias;
         mag[o * out_len + t] = std::fabs(bias);
-        deg[o * out_len + t] = static_cast<_Float16>(bias);
+        deg[o * out_len + t] = to_f16(bias);
       }
     for (int64_t ci = 0; ci < sh.in; ++ci) {
       const int64_t g = ci / ipg;
@@ -111,7 +111,7 @@ std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault) {
             const double p = double((*x)[ci * sh.len + t]) * (*w)[(ci * opg + ol) * sh.kernel + j];
             ref[at] += p;
             mag[at] += std::fabs(p);
-            deg[at] = static_cast<_Float16>(deg[at] + static_cast<_Float16>(p));
+            deg[at] = to_f16(deg[at] + to_f16(p));
           }
     }
     const double terms = double(ipg * ((sh.kernel + sh.stride - 1) / sh.stride));
@@ -335,11 +335,11 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault) {
       double bd = INFINITY;
       for (int64_t k = 0; k < size; ++k) {
         double d2 = 0;
-        _Float16 h = 0;
+        double h = 0;  // a float16 accumulator
         for (int64_t d = 0; d < dim; ++d) {
           const double diff = double((*x)[t * dim + d]) - (*cb)[k * dim + d];
           d2 += diff * diff;
-          h = static_cast<_Float16>(h + static_cast<_Float16>(diff * diff));
+          h = to_f16(h + to_f16(diff * diff));
         }
         const double v = pass ? double(h) : d2;
         if (v < bd) {

@@ -43,12 +43,12 @@ void scalar_linear(const LinearInputs& in, bool nvfp4, int64_t r0, int64_t n, bo
   for (int64_t r = 0; r < n; ++r)
     for (int64_t o = 0; o < in.m; ++o) {
       float acc = 0.0f;
-      _Float16 acc16 = 0;
+      double acc16 = 0;  // a float16 accumulator
       for (int64_t t = 0; t < in.k; ++t) {
         const int64_t i = (reverse_when_batched && n > 1) ? in.k - 1 - t : t;
         const float p = in.x[(r0 + r) * in.k + i] * static_cast<float>(w[o * in.k + i]);
         if (fp16_acc)
-          acc16 = static_cast<_Float16>(acc16 + static_cast<_Float16>(p));
+          acc16 = to_f16(acc16 + to_f16(p));
         else
           acc += p;
       }

@@ -188,12 +188,12 @@ std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < dim; ++d) {
         double ref = (*y)[r * dim + d], mag = std::fabs(ref);
-        _Float16 deg = static_cast<_Float16>(ref);
+        double deg = to_f16(ref);  // a float16 accumulator
         for (int64_t j = 0; j < k; ++j) {
           const double p = double((*w)[r * k + j]) * (*e)[(r * k + j) * dim + d];
           ref += p;
           mag += std::fabs(p);
-          deg = static_cast<_Float16>(deg + static_cast<_Float16>(p));
+          deg = to_f16(deg + to_f16(p));
         }
         c.reference.push_back(ref);
         c.degraded.push_back(double(deg));

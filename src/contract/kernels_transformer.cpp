@@ -35,12 +35,12 @@ std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault) {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < dim; ++d) {
         double ref = 0, mag = 0;
-        _Float16 deg = 0;
+        double deg = 0;  // a float16 accumulator
         for (int64_t j = 0; j < per; ++j) {
           const double t = bf16_to_f32((*table)[(*ids)[r * per + j] * dim + d]);
           ref += t;
           mag += std::fabs(t);
-          deg = static_cast<_Float16>(deg + static_cast<_Float16>(t));
+          deg = to_f16(deg + to_f16(t));
         }
         c.reference.push_back(ref);
         c.degraded.push_back(static_cast<double>(deg));
@@ -274,10 +274,9 @@ std::vector<KernelCase> swiglu_cases(uint64_t seed, Fault fault) {
     if (fault == Fault::Fp16Accumulation) {
       std::vector<float> y(static_cast<size_t>(rows * kSliceLen));
       for (int64_t i = 0; i < rows * kSliceLen; ++i) {
-        const _Float16 gg = static_cast<_Float16>((*g)[r0 * kSliceLen + i]);
-        const _Float16 sig = static_cast<_Float16>(1.0f / (1.0f + std::exp(-float(gg))));
-        y[i] = float(static_cast<_Float16>(gg * sig) *
-                     static_cast<_Float16>((*u)[r0 * kSliceLen + i]));
+        const double gg = to_f16((*g)[r0 * kSliceLen + i]);
+        const double sig = to_f16(1.0 / (1.0 + std::exp(-gg)));
+        y[i] = static_cast<float>(to_f16(to_f16(gg * sig) * to_f16((*u)[r0 * kSliceLen + i])));
       }
       stage(b, out, y.data(), rows * kSliceLen);
       return true;

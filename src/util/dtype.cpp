@@ -34,7 +34,9 @@ std::array<float, 127> make_e4m3_table() {
 }
 }  // namespace
 
-std::string_view dtype_name(DType t) { return kTypes[static_cast<size_t>(t)].name; }
+std::string_view dtype_name(DType t) {
+  return kTypes[static_cast<size_t>(t)].name;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (const auto& i : kTypes)
@@ -42,19 +44,47 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-size_t dtype_size(DType t) { return kTypes[static_cast<size_t>(t)].size; }
+size_t dtype_size(DType t) {
+  return kTypes[static_cast<size_t>(t)].size;
+}
 
+// IEEE half conversions in plain integer code (clang 14 has no _Float16 on x86 without
+// AVX512-FP16, and the fuzz build uses clang).
 float f16_to_f32(uint16_t h) {
-  _Float16 v;
-  std::memcpy(&v, &h, 2);
-  return static_cast<float>(v);
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 31u, man = h & 1023u;
+  uint32_t bits;
+  if (exp == 0) {
+    const float mag = std::ldexp(static_cast<float>(man), -24);  // zero or subnormal, exact
+    std::memcpy(&bits, &mag, 4);
+    bits |= sign;
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0u);
+  } else {
+    bits = sign | ((exp - 15 + 127) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
 }
 
 uint16_t f32_to_f16(float f) {
-  _Float16 v = static_cast<_Float16>(f);
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  return h;
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) return sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u);
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
+  if (x < 0x38800000u) {                        // below 2^-14: a subnormal half
+    float a;
+    std::memcpy(&a, &x, 4);
+    // a * 2^24 is exact; nearbyint rounds to nearest even. 1024 becomes the smallest normal.
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  uint32_t h = (((x >> 23) - 127 + 15) << 10) | ((x & 0x7fffffu) >> 13);
+  const uint32_t rest = x & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry may reach infinity: right
+  return sign | static_cast<uint16_t>(h);
 }
 
 float e4m3_to_f32(uint8_t v) {

@@ -117,10 +117,14 @@ void CpuBackend::dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, 
       }
       const uint8_t* codes = static_cast<const uint8_t*>(w.data) + o * (in / 2);
       const uint8_t* scales = w.scales + o * (in / 16);
-      for (int64_t i = 0; i < in; ++i) {
-        const uint8_t byte = codes[i / 2];
-        const uint8_t code = (i & 1) ? byte >> 4 : byte & 15;
-        dst[i] = e2m1_to_f32(code) * e4m3_to_f32(scales[i / 16]) * w.scale2;
+      for (int64_t b = 0; b < in / 16; ++b) {
+        // e2m1 * e4m3 is exact in float32; scale_2 rounds once, as in the linear kernels.
+        const float s = e4m3_to_f32(scales[b]);
+        for (int64_t j = 0; j < 8; ++j) {
+          const uint8_t byte = codes[b * 8 + j];
+          dst[b * 16 + 2 * j] = e2m1_to_f32(byte & 15) * s * w.scale2;
+          dst[b * 16 + 2 * j + 1] = e2m1_to_f32(byte >> 4) * s * w.scale2;
+        }
       }
     }
   });

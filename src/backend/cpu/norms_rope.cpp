@@ -1,6 +1,7 @@
 // Embedding sums, RMSNorm, rotary embedding and the elementwise transformer pieces (spec
 // section 1). One thread per row range; each row is reduced sequentially.
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "util/dtype.h"
@@ -39,15 +40,16 @@ void CpuBackend::rms_norm(const float* x, const uint16_t* w_bf16, int64_t rows, 
 void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                       const int32_t* positions, float theta) {
   const int64_t half = head_dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
   pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const double pos = positions[r];
       for (int64_t i = 0; i < half; ++i) {
         // As tools/reference computes it: the angle in float64, applied in float32.
-        const double inv_freq =
-            std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
-        const float c = static_cast<float>(std::cos(pos * inv_freq));
-        const float s = static_cast<float>(std::sin(pos * inv_freq));
+        const float c = static_cast<float>(std::cos(pos * inv_freq[i]));
+        const float s = static_cast<float>(std::sin(pos * inv_freq[i]));
         for (int64_t h = 0; h < heads; ++h) {
           float* v = x + (r * heads + h) * head_dim;
           const float a = v[i], b = v[i + half];
