@@ -1,9 +1,119 @@
+// `drama serve` (interfaces.md): resolve and verify the checkpoint, take the device lock, load the
+// engine, serve HTTP until SIGTERM/SIGINT, then stop accepting, cancel in-flight work, release the
+// lock and exit 0. Prints one line with the bound address when ready (tests parse it).
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
 #include "cli/commands.h"
+#include "cli/weights_options.h"
+#include "engine/engine.h"
+#include "server/request_log.h"
+#include "server/speech_server.h"
+#include "util/error.h"
 
 namespace drama::cli {
 
+namespace {
+
+struct ServeOptions {
+  WeightsOptions weights;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string cfg = "paired";
+  std::optional<float> gamma;
+  bool request_gamma = false;
+  std::string voices;
+  int max_queue = 4;
+  int lanes = 1;
+  int read_timeout_s = 10;
+};
+
+int run_serve(const ServeOptions& o) {
+  if (o.lanes != 1) {
+    throw UsageError("--lanes: only 1 lane is supported in this version (got " +
+                     std::to_string(o.lanes) + ")");
+  }
+  // Signals are taken by one thread through sigwait; every thread started from here on
+  // (engine pools, HTTP workers) inherits the blocked mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client that hangs up is a failed write, not a dead server
+
+  ResolvedCheckpoint resolved = resolve_weights(o.weights);
+  EngineOptions eo;
+  eo.backend = o.weights.backend;
+  eo.default_cfg = o.cfg == "separate" ? CfgMode::Separate : CfgMode::Paired;
+  std::unique_ptr<Engine> engine = load_engine(resolved.dir, eo);
+
+  server::ServerOptions so;
+  so.host = o.host;
+  so.port = o.port;
+  so.cfg = eo.default_cfg;
+  so.gamma = o.gamma ? *o.gamma : engine->default_gamma();
+  so.request_gamma = o.request_gamma;
+  so.voices_dir =
+      o.voices.empty() ? default_cache_dir() / "voices" : std::filesystem::path(o.voices);
+  so.max_queue = o.max_queue;
+  so.provenance = resolved.provenance;
+  so.read_timeout_s = o.read_timeout_s;
+  server::SpeechServer server(*engine, so);
+  int port = server.bind();
+
+  std::atomic<bool> finished{false};
+  std::thread signal_thread([&] {
+    timespec tick{0, 200 * 1000 * 1000};
+    while (!finished) {
+      int sig = sigtimedwait(&stop_signals, nullptr, &tick);
+      if (sig == SIGTERM || sig == SIGINT) {
+        server::log_info(std::string("received ") + (sig == SIGTERM ? "SIGTERM" : "SIGINT") +
+                         ": stopping");
+        server.stop();
+        return;
+      }
+    }
+  });
+  server::log_info("model " + engine->model_name() + " (" + resolved.provenance + ") on " +
+                   engine->backend_name() + ", cfg " + o.cfg + ", gamma " +
+                   std::to_string(so.gamma) + (so.request_gamma ? ", request gamma allowed" : ""));
+  std::printf("drama serve: listening on http://%s:%d\n", o.host.c_str(), port);
+  std::fflush(stdout);
+  server.run();
+  finished = true;
+  signal_thread.join();
+  server::log_info("stopped");
+  return 0;  // the engine, then the device lock, are released on the way out
+}
+
+}  // namespace
+
 void register_serve(CLI::App& app, Runner& run) {
-  register_unbuilt(app, run, "serve", "Serve the OpenAI-compatible speech API");
+  auto o = std::make_shared<ServeOptions>();
+  auto* sub = app.add_subcommand("serve", "Serve the OpenAI-compatible speech API");
+  add_weights_options(*sub, o->weights);
+  sub->add_option("--host", o->host, "Address to listen on");
+  sub->add_option("--port", o->port, "Port to listen on (0 = pick a free one, printed)")
+      ->check(CLI::Range(0, 65535));
+  sub->add_option("--cfg", o->cfg, "paired or separate guidance execution")
+      ->check(CLI::IsMember({"paired", "separate"}));
+  sub->add_option("--gamma", o->gamma, "Guidance scale (default: the checkpoint's; 1 = none)")
+      ->check(CLI::Range(0.0f, 10.0f));
+  sub->add_flag("--request-gamma", o->request_gamma,
+                "Let a request set its own guidance (cfg_scale)");
+  sub->add_option("--voices", o->voices, "Voices directory (default: <cache>/voices)");
+  sub->add_option("--max-queue", o->max_queue, "Requests that may wait; more are refused busy")
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--lanes", o->lanes, "Concurrent generations (only 1 is supported)");
+  sub->add_option("--read-timeout", o->read_timeout_s,
+                  "Seconds a client may stall while sending a request")
+      ->check(CLI::Range(1, 3600));
+  sub->callback([&run, o] { run = [o] { return run_serve(*o); }; });
 }
 
 }  // namespace drama::cli

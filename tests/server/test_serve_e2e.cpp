@@ -77,6 +77,8 @@ class ServeEndToEnd : public ::testing::Test {
     dir_ = fs::path(env_or("DRAMA_TEST_TMP", "/tmp")) / ("serve-e2e-" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    // Own cache (device locks, default voices) so parallel tests and other servers don't collide.
+    setenv("DRAMA_CACHE", (dir_ / "cache").c_str(), 1);
     ckpt_ = dir_ / "tiny";
     int rc = run_command({env_or("DRAMA_BIN", "drama"), "make-checkpoint", "--config",
                           env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json", "--seed", "1",

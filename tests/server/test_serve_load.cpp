@@ -31,6 +31,7 @@ TEST(ServeLoad, EightClientsTwoHundredRequests) {
       fs::path(env_or("DRAMA_TEST_TMP", "/tmp")) / ("serve-load-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  setenv("DRAMA_CACHE", (dir / "cache").c_str(), 1);  // own device locks
   fs::path ckpt = dir / "tiny";
   ASSERT_EQ(run_command({env_or("DRAMA_BIN", "drama"), "make-checkpoint", "--config",
                          env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json", "--seed", "1",
