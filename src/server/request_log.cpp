@@ -1,7 +1,5 @@
-// spdlog is used header-only here (the build links no spdlog library): one translation unit
-// includes it, the rest of the server calls these functions.
-#define FMT_HEADER_ONLY 1
-#undef SPDLOG_COMPILED_LIB
+// Structured request logs through spdlog: one translation unit includes it, the rest of the
+// server calls these functions.
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
