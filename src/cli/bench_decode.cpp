@@ -125,7 +125,6 @@ int run_decode(const DecodeOptions& o) {
   const double eff = bytes / frame_s / 1e9;
   nlohmann::json j = {
       {"bench", "decode"},
-      {"checkpoint", resolved.dir.string()},
       {"provenance", resolved.provenance},
       {"backend", backend->name()},
       {"threads", threads},
