@@ -271,7 +271,7 @@ std::vector<KernelCase> scale_rows_cases(uint64_t seed, Fault) {
       c.degraded.push_back(to_bf16(c.reference.back()));
     }
   c.input_norms = {l2(*x), l2(*sc)};
-  c.run = [x, sc, dim](Backend& b, int64_t r0, int64_t n, float* out) {
+  c.run = [=](Backend& b, int64_t r0, int64_t n, float* out) {
     b.scale_rows(x->data() + r0 * dim, sc->data(), n, dim, out);
     return true;
   };
@@ -296,7 +296,7 @@ std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault) {
       c.degraded.push_back(to_bf16(c.reference.back()));
     }
   c.input_norms = {l2(*cb)};
-  c.run = [cb, codes, dim](Backend& b, int64_t r0, int64_t cnt, float* out) {
+  c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
     b.vq_decode(cb->data(), dim, codes->data() + r0, cnt, out);
     return true;
   };
@@ -350,7 +350,7 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault) {
       (pass ? c.degraded : c.reference).push_back(double(best));
     }
   c.input_norms = {l2(*cb), l2(*x)};
-  c.run = [cb, x, size, dim](Backend& b, int64_t r0, int64_t cnt, float* out) {
+  c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
     std::vector<int32_t> ids(static_cast<size_t>(cnt), INT32_MIN);
     b.vq_encode(cb->data(), size, dim, x->data() + r0 * dim, cnt, ids.data());
     std::vector<float> f(ids.size());

@@ -158,7 +158,7 @@ Limit linear_limit(bool nvfp4) {
   l.bytes = nvfp4 ? double(m * k / 2 + m * k / 16) : double(m * k * 2);
   l.factor = 4.0;
   l.floor_s = 2e-4;
-  l.time_call = [nvfp4, m, k](Backend& b) {
+  l.time_call = [=](Backend& b) {
     Rng rng(7);
     std::vector<float> x = rng.normals(k), y(m);
     Nvfp4Matrix nv;
@@ -236,7 +236,7 @@ Limit dequantize_limit() {
   l.bytes = double(rows * k) * (0.5 + 1.0 / 16 + 4);
   l.factor = 8.0;
   l.floor_s = 2e-4;
-  l.time_call = [rows, k](Backend& b) {
+  l.time_call = [=](Backend& b) {
     Nvfp4Matrix m;
     m.out = rows;
     m.in = k;

@@ -355,7 +355,7 @@ std::vector<KernelCase> has_non_finite_cases(uint64_t seed, Fault) {
     c.degraded.push_back(bad16 ? 1.0 : 0.0);
   }
   c.input_norms = {l2(*x)};
-  c.run = [x, n](Backend& b, int64_t r0, int64_t count, float* out) {
+  c.run = [=](Backend& b, int64_t r0, int64_t count, float* out) {
     std::vector<float> flags(static_cast<size_t>(count));
     for (int64_t r = 0; r < count; ++r)
       flags[r] = b.has_non_finite(x->data() + (r0 + r) * n, n) ? 1.0f : 0.0f;

@@ -350,7 +350,7 @@ Limit elementwise_limit(const char* kernel) {
   l.flops = double(n) * per_element;
   l.factor = 8.0;
   l.floor_s = 2e-4;
-  l.time_call = [n, name](Backend& b) {
+  l.time_call = [=](Backend& b) {
     Rng rng(5);
     std::vector<float> x = rng.normals(n, 1.0, 0.5), y = rng.normals(n), o(n);
     const std::vector<uint16_t> w = to_bf16_vec(rng.normals(1024, 1.0, 0.1));

@@ -10,7 +10,9 @@
 // GCC 12's AVX-512 headers use _mm512_undefined_*() placeholders that trip -Wuninitialized when
 // inlined into target-attributed functions; the warnings concern the header, not this code.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
