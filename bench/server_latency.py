@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Time to first audio and real-time factor of one streamed request through `drama serve`,
+beside the same utterance through `drama say` (the server's overhead). Writes one JSON receipt.
+
+    bench/server_latency.py --drama build/drama --checkpoint DIR [--frames 25] [--json FILE]
+
+The checkpoint is verified against DIR/manifest.json by both commands. Receipts carry settings and
+figures only (no paths, hostnames or audio).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+
+def start_server(drama, checkpoint, threads):
+    proc = subprocess.Popen(
+        [drama, "serve", "--checkpoint", checkpoint, "--manifest", os.path.join(checkpoint, "manifest.json"),
+         "--port", "0", "--threads", str(threads)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            # Keep draining its log so a full pipe never stalls the server.
+            threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+            return proc, m.group(1)
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise SystemExit("drama serve did not start")
+
+
+def streamed_request(base, text, seed, seconds):
+    body = json.dumps({"input": text, "seed": seed, "response_format": "pcm", "stream": True,
+                       "max_duration_s": seconds}).encode()
+    req = urllib.request.Request(base + "/v1/audio/speech", data=body,
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    first = None
+    total = 0
+    with urllib.request.urlopen(req, timeout=600) as resp:
+        while True:
+            chunk = resp.read1(65536)
+            if not chunk:
+                break
+            if first is None:
+                first = time.perf_counter() - t0
+            total += len(chunk)
+    return first, time.perf_counter() - t0, total
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--drama", required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--frames", type=int, default=25)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    text, seed, rate, frame_rate = "The quick brown fox jumps over the lazy dog.", 7, 24000, 12.5
+    seconds = a.frames / frame_rate
+
+    # drama say: its own report of generation time (loading and verification excluded).
+    out = subprocess.run([a.drama, "say", text, "--checkpoint", a.checkpoint,
+                          "--manifest", os.path.join(a.checkpoint, "manifest.json"), "--seed", str(seed),
+                          "--max-frames", str(a.frames), "--threads", str(a.threads),
+                          "--format", "pcm", "-o", "/dev/null"],
+                         capture_output=True, text=True, check=True)
+    m = re.search(r"(\d+) frames in ([\d.]+) s", out.stderr + out.stdout)
+    say_frames, say_s = int(m.group(1)), float(m.group(2))
+
+    proc, base = start_server(a.drama, a.checkpoint, a.threads)
+    try:
+        streamed_request(base, "warm up", 1, 0.16)
+        runs = [streamed_request(base, text, seed, seconds) for _ in range(3)]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    runs.sort(key=lambda r: r[1])
+    first, total, nbytes = runs[1]
+    audio_s = nbytes / 2 / rate
+    receipt = {
+        "bench": "server-latency",
+        "date": datetime.date.today().isoformat(),
+        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), ""),
+        "settings": {"text_chars": len(text), "seed": seed, "frames": a.frames, "guidance": "none (no voice)",
+                     "response_format": "pcm", "stream": True, "threads": a.threads, "backend": "cpu",
+                     "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4"},
+        "http": {"time_to_first_audio_s": first, "total_s": total, "audio_s": audio_s,
+                 "real_time_factor": audio_s / total, "median_of": 3},
+        "say": {"frames": say_frames, "generation_s": say_s, "audio_s": say_frames / frame_rate,
+                "real_time_factor": say_frames / frame_rate / say_s},
+        "server_overhead_s": total - say_s,
+        "note": "real_time_factor = audio seconds / wall seconds (above 1 is faster than real time); "
+                "say's time is its own generation report, the HTTP time is measured by the client",
+    }
+    text_out = json.dumps(receipt, indent=1)
+    print(text_out)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text_out + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
