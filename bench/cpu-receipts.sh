@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Re-measures every CPU receipt in results/ on a quiet machine (nothing else running):
+#   bench/cpu-receipts.sh BUILD_DIR CPU_BENCH_CHECKPOINT_DIR
+# The checkpoint is `drama make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+drama=$1/drama
+ck=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$drama" contract --backend cpu --json results/contract-cpu.json | tail -n 1
+"$drama" bench gemv --format nvfp4 --m 4096 --k 14336 --rows 1 2 --threads 1 --json results/gemv-cpu.json >/dev/null
+"$drama" bench verify --size-gib 3 --tmp "$tmp" --json results/verify.json >/dev/null
+"$drama" bench codec --frames 25 --threads 1 --json results/codec-cpu.json >/dev/null
+# Decode: four settings, each with the process's peak resident memory beside the file size.
+for cfg in paired single; do
+  for threads in 1 2; do
+    /usr/bin/time -f '%M' -o "$tmp/rss-$cfg-$threads" "$drama" bench decode --checkpoint "$ck" \
+      --manifest "$ck/manifest.json" --frames 16 --cfg $cfg --threads $threads \
+      --json "$tmp/decode-$cfg-$threads.json" >/dev/null
+  done
+done
+/usr/bin/python3 - "$tmp" "$ck" <<'PY'
+import glob, json, os, sys
+tmp, ck = sys.argv[1], sys.argv[2]
+size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ck) for f in fs)
+runs = []
+for path in sorted(glob.glob(os.path.join(tmp, "decode-*.json"))):
+    cfg, threads = os.path.basename(path)[7:-5].split("-")
+    run = json.load(open(path))
+    run["peak_rss_mib"] = int(open(os.path.join(tmp, f"rss-{cfg}-{threads}")).read()) / 1024
+    runs.append(run)
+receipt = {"bench": "decode", "config": "configs/cpu-bench.json",
+           "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4",
+           "checkpoint_mib": size / 2**20, "runs": runs,
+           "note": "peak_rss_mib: the whole process (load, verification, decode) from /usr/bin/time"}
+json.dump(receipt, open("results/decode-cpu.json", "w"), indent=1)
+PY
+bench/server_latency.py --drama "$drama" --checkpoint "$ck" --frames 25 --json results/server-latency.json >/dev/null
+echo "receipts written"
