@@ -6,3 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/build.sh
 jobs=$(nproc)
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 900
+# The numerical contract through the CLI, as users run it: its SUMMARY line closes the output.
+build/drama contract --backend cpu
