@@ -15,7 +15,8 @@ ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE slow --timeout
 
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS=-O1 -DDRAMA_FUZZ=ON -DDRAMA_TESTS=OFF -DDRAMA_BENCH=OFF -DDRAMA_CUDA=OFF >/dev/null
-ninja -C build-fuzz
+# Only the fuzz targets (and the libraries they link), not the CLI.
+ninja -C build-fuzz $(ninja -C build-fuzz -t targets all | sed -n 's/^\(fuzz_[a-z0-9_]*\): .*/\1/p')
 for f in build-fuzz/fuzz_*; do
   [ -x "$f" ] || continue
   name=$(basename "$f")
