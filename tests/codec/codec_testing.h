@@ -13,29 +13,9 @@
 
 #include "format/mimi_config.h"
 #include "format/random_checkpoint.h"
+#include "support/scratch_dir.h"
 
 namespace drama::testing {
-
-class CodecScratch {
- public:
-  CodecScratch() {
-    const char* base = std::getenv("DRAMA_TEST_TMP");
-    std::filesystem::path root = base && *base ? base : "/tmp";
-    std::filesystem::create_directories(root);
-    std::string tmpl = (root / "codec-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed under " + root.string());
-    path_ = tmpl;
-  }
-  ~CodecScratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The small codec random checkpoints carry (hidden 32, filters 8, 8 quantizers of 64 codes).
 inline MimiConfig tiny_codec_config() {

@@ -42,7 +42,7 @@ int lines(const std::string& s) {
 class CodecCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    scratch_ = new testing::CodecScratch();
+    scratch_ = new testing::ScratchDir();
     testing::write_tiny_codec(scratch_->path() / "codec", 11);
   }
   static void TearDownTestSuite() { delete scratch_; }
@@ -71,9 +71,9 @@ class CodecCli : public ::testing::Test {
       EXPECT_EQ(e.path().filename().string().find(out.filename().string() + "."), std::string::npos)
           << "left behind: " << e.path();
   }
-  static testing::CodecScratch* scratch_;
+  static testing::ScratchDir* scratch_;
 };
-testing::CodecScratch* CodecCli::scratch_ = nullptr;
+testing::ScratchDir* CodecCli::scratch_ = nullptr;
 
 TEST_F(CodecCli, EncodeDecodeVoiceWrite) {
   const fs::path in = wav("speech.wav", 1.5);

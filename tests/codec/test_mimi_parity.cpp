@@ -40,7 +40,7 @@ class MimiParity : public ::testing::Test {
     backend_ = make_backend({"cpu", 1});
     model_ = std::make_unique<MimiModel>(scratch_.path() / "codec", *backend_);
   }
-  testing::CodecScratch scratch_;
+  testing::ScratchDir scratch_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<MimiModel> model_;
 };

@@ -16,7 +16,7 @@ namespace {
 class MimiStreamTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    scratch_ = new testing::CodecScratch();
+    scratch_ = new testing::ScratchDir();
     testing::write_tiny_codec(scratch_->path() / "codec", 7);
     backend_ = make_backend({"cpu", 1}).release();
     model_ = new MimiModel(scratch_->path() / "codec", *backend_);
@@ -26,11 +26,11 @@ class MimiStreamTest : public ::testing::Test {
     delete backend_;
     delete scratch_;
   }
-  static testing::CodecScratch* scratch_;
+  static testing::ScratchDir* scratch_;
   static Backend* backend_;
   static MimiModel* model_;
 };
-testing::CodecScratch* MimiStreamTest::scratch_ = nullptr;
+testing::ScratchDir* MimiStreamTest::scratch_ = nullptr;
 Backend* MimiStreamTest::backend_ = nullptr;
 MimiModel* MimiStreamTest::model_ = nullptr;
 

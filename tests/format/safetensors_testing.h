@@ -8,30 +8,9 @@
 #include <fstream>
 #include <string>
 #include <vector>
+#include "support/scratch_dir.h"
 
 namespace drama::testing {
-
-// A fresh directory under $DRAMA_TEST_TMP (or /tmp), removed when the object dies.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const char* base = std::getenv("DRAMA_TEST_TMP");
-    std::filesystem::path root = base && *base ? base : "/tmp";
-    std::filesystem::create_directories(root);
-    std::string tmpl = (root / "safetensors-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed under " + root.string());
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The bytes of a safetensors file with the given header text (unpadded, as written) and data.
 inline std::vector<uint8_t> craft(const std::string& header, std::vector<uint8_t> data = {}) {
