@@ -92,11 +92,28 @@ bool wav_data_truncated(SNDFILE* sf) {
 
 constexpr int64_t kMaxChannels = 64;
 constexpr int64_t kMaxRate = 768000;
+// Input audio is a reference voice or a file to encode: at most ten minutes, and at most 2^26
+// interleaved samples (256 MiB as float) whatever the rate and channel count.
+constexpr int64_t kMaxSeconds = 600;
+constexpr int64_t kMaxSamples = int64_t{1} << 26;
+// Frames decoded per read: memory grows with the samples the file really holds, never with what
+// its header claims (a FLAC header can declare 2^36 samples in 34 bytes).
+constexpr sf_count_t kReadChunkFrames = 65536;
 
 }  // namespace
 
 DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string& label) {
   if (bytes.empty()) throw Error(label + ": the file is empty, not audio.");
+  // Audio inputs are WAV or FLAC (interfaces.md). The container is checked before libsndfile sees
+  // the bytes, so none of its other parsers (MP3, Ogg, AIFF, ...) ever runs on untrusted input.
+  const auto starts = [&](size_t at, const char* magic) {
+    const size_t n = std::strlen(magic);
+    return bytes.size() >= at + n && std::memcmp(bytes.data() + at, magic, n) == 0;
+  };
+  const bool riff = (starts(0, "RIFF") || starts(0, "RIFX") || starts(0, "RF64")) &&
+                    starts(8, "WAVE");
+  if (!riff && !starts(0, "fLaC"))
+    throw Error(label + ": not a WAV or FLAC file (audio inputs are WAV or FLAC).");
   MemoryFile file;
   file.data = bytes.data();
   file.size = static_cast<sf_count_t>(bytes.size());
@@ -110,20 +127,37 @@ DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string
     SNDFILE* s;
     ~Closer() { sf_close(s); }
   } closer{sf};
+  const int major = info.format & SF_FORMAT_TYPEMASK;
+  if (major != SF_FORMAT_WAV && major != SF_FORMAT_WAVEX && major != SF_FORMAT_RF64 &&
+      major != SF_FORMAT_FLAC)
+    throw Error(label + ": not a WAV or FLAC file (audio inputs are WAV or FLAC).");
   if (info.channels < 1 || info.channels > kMaxChannels)
     throw Error(label + ": unsupported channel count " + std::to_string(info.channels) + ".");
   if (info.samplerate < 1 || info.samplerate > kMaxRate)
     throw Error(label + ": unsupported sample rate " + std::to_string(info.samplerate) + ".");
-  if (info.frames < 0 || info.frames > (int64_t{1} << 31) / info.channels)
-    throw Error(label + ": the audio is too long.");
+  if (info.frames < 0 || info.frames > kMaxSeconds * info.samplerate ||
+      info.frames > kMaxSamples / info.channels)
+    throw Error(label + ": the audio is too long (" + std::to_string(info.frames) +
+                " frames at " + std::to_string(info.samplerate) + " Hz, " +
+                std::to_string(info.channels) + " channels; the limit is " +
+                std::to_string(kMaxSeconds) + " s and " + std::to_string(kMaxSamples) +
+                " samples).");
   if (wav_data_truncated(sf))
     throw Error(label +
                 ": the audio data is truncated (the file is shorter than its header says).");
   DecodedAudio out;
   out.sample_rate = info.samplerate;
   out.channels = info.channels;
-  std::vector<float> interleaved(static_cast<size_t>(info.frames * info.channels));
-  const sf_count_t got = sf_readf_float(sf, interleaved.data(), info.frames);
+  std::vector<float> interleaved;
+  sf_count_t got = 0;
+  while (got < info.frames) {
+    const sf_count_t want = std::min(kReadChunkFrames, info.frames - got);
+    interleaved.resize(static_cast<size_t>((got + want) * info.channels));
+    const sf_count_t n =
+        sf_readf_float(sf, interleaved.data() + got * info.channels, want);
+    if (n <= 0) break;
+    got += n;
+  }
   // A header that promises more frames than the file holds means the file was cut short.
   if (got != info.frames)
     throw Error(label + ": the audio data is truncated (" + std::to_string(got) + " of " +

@@ -120,6 +120,59 @@ TEST(AudioIo, RefusesEmptyGarbageAndTruncated) {
   EXPECT_THROW(read_audio_memory(flac, "cut.flac"), Error);
 }
 
+// FLAC STREAMINFO: after "fLaC" and the 4-byte block header, 10 bytes of block/frame sizes, then
+// 20 bits rate, 3 bits channels-1, 5 bits bits-per-sample-1 and 36 bits of total samples.
+void set_flac_total_samples(std::vector<uint8_t>& flac, uint64_t total) {
+  ASSERT_GE(flac.size(), 26u);
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | flac[18 + i];
+  v = (v & ~((uint64_t{1} << 36) - 1)) | (total & ((uint64_t{1} << 36) - 1));
+  for (int i = 7; i >= 0; --i, v >>= 8) flac[18 + i] = static_cast<uint8_t>(v & 0xff);
+}
+
+std::string error_of(const std::vector<uint8_t>& bytes) {
+  try {
+    read_audio_memory(bytes, "x.flac");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Found by fuzz_audio in CI: an 82-byte FLAC whose header declares ~2^31 samples made the reader
+// allocate for all of them before reading one (libFuzzer out-of-memory).
+TEST(AudioIo, HeaderLengthNeverSizesAnAllocation) {
+  const uint8_t found[] = {
+      0x66, 0x4c, 0x61, 0x43, 0x0,  0x0,  0x0,  0x22, 0x10, 0x0,  0x10, 0x0,  0x0,  0x0,
+      0xdf, 0x0,  0x0,  0xdf, 0x5,  0xdc, 0x0,  0xf0, 0x65, 0x66, 0x65, 0x72, 0x65, 0x6e,
+      0x63, 0x65, 0x20, 0x6c, 0x69, 0x62, 0x46, 0x4c, 0x32, 0x30, 0x32, 0x32, 0x28, 0x0,
+      0x0,  0x0,  0x0,  0x0,  0x0,  0x0,  0xff, 0xf8, 0x77, 0x8,  0x0,  0x84, 0x84, 0x21,
+      0x20, 0xff, 0xd0, 0x4a, 0x29, 0xe4, 0x21, 0x87, 0x88, 0x69, 0x55, 0x60, 0x28, 0x0,
+      0x0,  0x0,  0x0,  0x0,  0x0,  0x0,  0x0,  0x54};
+  EXPECT_NE(error_of({std::begin(found), std::end(found)}), "");
+
+  auto flac = encode_audio(sine(24000, 300, 24000), 24000, AudioFormat::Flac);
+  auto longer = flac;
+  set_flac_total_samples(longer, 24000 * 300);  // five minutes declared, one second present
+  EXPECT_NE(error_of(longer).find("truncated"), std::string::npos) << error_of(longer);
+  auto too_long = flac;
+  set_flac_total_samples(too_long, 24000 * 601);
+  EXPECT_NE(error_of(too_long).find("too long"), std::string::npos) << error_of(too_long);
+  auto honest = flac;
+  set_flac_total_samples(honest, 24000);
+  EXPECT_EQ(read_audio_memory(honest, "x.flac").mono.size(), 24000u);
+}
+
+// Only WAV and FLAC reach libsndfile: its MP3/Ogg/AIFF parsers never see untrusted bytes.
+TEST(AudioIo, OnlyWavAndFlacContainersAreRead) {
+  for (std::string head : {std::string("ID3\x03\0\0\0\0\0\0", 10) + std::string(64, '\xff'),
+                           std::string("FORM\0\0\0@AIFFCOMM", 16) + std::string(64, '\0'),
+                           std::string("OggS") + std::string(64, '\0')}) {
+    const std::vector<uint8_t> bytes(head.begin(), head.end());
+    EXPECT_NE(error_of(bytes).find("not a WAV or FLAC"), std::string::npos) << error_of(bytes);
+  }
+}
+
 TEST(AudioIo, FormatFromNameAndPath) {
   EXPECT_EQ(audio_format_from_path("a.wav"), AudioFormat::Wav);
   EXPECT_EQ(audio_format_from_path("a.FLAC"), AudioFormat::Flac);
