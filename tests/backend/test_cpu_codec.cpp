@@ -56,6 +56,79 @@ TEST(CpuCodec, ConvTranspose1dFullOutput) {
   for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-5) << i;
 }
 
+// Every SIMD path reduces each output in the scalar oracle's order, so its outputs are BITWISE
+// equal to the scalar kernel's, for any thread count: shapes cover the lane-over-time tiles
+// (4/2/1 channels x 4/8/1 vectors, ragged ends), lanes over channels (short outputs, strides),
+// the polyphase transposed convolution (edge blocks, kernel not a multiple of the stride, groups),
+// the linear_f32 form (one input channel, long kernel, dilation = row length) and Mimi's shapes.
+TEST(CpuCodec, Conv1dSimdBitwiseEqualsScalar) {
+  struct Shape {
+    int64_t in, out, kernel, stride, dilation, groups, len;
+    bool bias;
+  };
+  const Shape shapes[] = {
+      {8, 16, 7, 1, 1, 1, 40, true},          {16, 32, 4, 2, 1, 1, 33, true},
+      {8, 8, 3, 1, 9, 1, 50, true},           {8, 8, 4, 2, 1, 8, 20, false},
+      {32, 1, 3, 1, 1, 1, 19, true},          {64, 64, 1, 1, 1, 1, 5, false},
+      {64, 32, 3, 1, 1, 1, 16 * 9 + 7, true}, {32, 64, 1, 1, 1, 1, 96, true},
+      {48, 96, 7, 1, 1, 1, 8, true},          {48, 35, 7, 1, 1, 1, 9, true},
+      {16, 32, 4, 2, 1, 2, 12, true},         {1, 2, 37, 1, 53, 1, 37 * 53, false},
+      {1, 3, 40, 1, 70, 1, 40 * 70, false},   {12, 24, 3, 1, 2, 3, 70, true}};
+  std::mt19937 rng(kSeed + 10);
+  for (const Shape& sh : shapes) {
+    const int64_t ipg = sh.in / sh.groups;
+    const int64_t out_len = (sh.len - sh.dilation * (sh.kernel - 1) - 1) / sh.stride + 1;
+    auto x = random_floats(rng, sh.in * sh.len), w = random_floats(rng, sh.out * ipg * sh.kernel);
+    auto b = random_floats(rng, sh.out);
+    std::vector<float> ref(sh.out * out_len, NAN);
+    cpu::CpuBackend(1, cpu::Isa::Scalar)
+        .conv1d(x.data(), sh.in, sh.len, w.data(), sh.bias ? b.data() : nullptr, sh.out, sh.kernel,
+                sh.stride, sh.dilation, sh.groups, ref.data(), out_len);
+    for (cpu::Isa isa : supported_isas())
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> y(ref.size(), NAN);
+        cpu::CpuBackend(threads, isa)
+            .conv1d(x.data(), sh.in, sh.len, w.data(), sh.bias ? b.data() : nullptr, sh.out,
+                    sh.kernel, sh.stride, sh.dilation, sh.groups, y.data(), out_len);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), ref.size() * sizeof(float)))
+            << cpu::isa_name(isa) << " threads " << threads << " in " << sh.in << " out " << sh.out
+            << " k " << sh.kernel << " len " << sh.len;
+      }
+  }
+}
+
+TEST(CpuCodec, ConvTranspose1dSimdBitwiseEqualsScalar) {
+  struct Shape {
+    int64_t in, out, kernel, stride, groups, len;
+    bool bias;
+  };
+  const Shape shapes[] = {
+      {16, 8, 16, 8, 1, 5, true},  {8, 8, 4, 2, 8, 9, false},   {4, 6, 3, 1, 1, 7, true},
+      {12, 6, 6, 3, 3, 4, true},   {64, 32, 16, 8, 1, 3, true}, {32, 16, 12, 6, 1, 17, true},
+      {16, 8, 10, 5, 1, 97, true}, {16, 8, 8, 4, 1, 81, false}, {24, 18, 7, 3, 3, 70, true},
+      {8, 5, 5, 5, 1, 40, true},   {16, 8, 8, 4, 2, 200, true}};
+  std::mt19937 rng(kSeed + 11);
+  for (const Shape& sh : shapes) {
+    const int64_t opg = sh.out / sh.groups, out_len = (sh.len - 1) * sh.stride + sh.kernel;
+    auto x = random_floats(rng, sh.in * sh.len), w = random_floats(rng, sh.in * opg * sh.kernel);
+    auto b = random_floats(rng, sh.out);
+    std::vector<float> ref(sh.out * out_len, NAN);
+    cpu::CpuBackend(1, cpu::Isa::Scalar)
+        .conv_transpose1d(x.data(), sh.in, sh.len, w.data(), sh.bias ? b.data() : nullptr, sh.out,
+                          sh.kernel, sh.stride, sh.groups, ref.data());
+    for (cpu::Isa isa : supported_isas())
+      for (int threads : {1, 2, 3}) {
+        std::vector<float> y(ref.size(), NAN);
+        cpu::CpuBackend(threads, isa)
+            .conv_transpose1d(x.data(), sh.in, sh.len, w.data(), sh.bias ? b.data() : nullptr,
+                              sh.out, sh.kernel, sh.stride, sh.groups, y.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), ref.size() * sizeof(float)))
+            << cpu::isa_name(isa) << " threads " << threads << " in " << sh.in << " out " << sh.out
+            << " k " << sh.kernel << " s " << sh.stride << " len " << sh.len;
+      }
+  }
+}
+
 TEST(CpuCodec, Activations) {
   std::mt19937 rng(kSeed + 2);
   auto x = random_floats(rng, 2000, -8.0f, 8.0f);
