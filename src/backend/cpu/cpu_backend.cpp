@@ -71,7 +71,7 @@ void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, flo
       });
       return;
     }
-    const bool wide = isa_ == Isa::Avx512;
+    const bool wide = isa_ == Isa::Avx512 && nvfp4_avx512_supported();
     const int64_t per_row =
         wide ? nvfp4_prepared_floats_avx512(w.in) : nvfp4_prepared_floats_avx2(w.in);
     thread_local std::vector<float> prepared;

@@ -1,14 +1,16 @@
-// AVX-512 matrix products. NVFP4 (W4A16) works on groups of 8 blocks (128 inputs) of a column:
-// one 64-byte load holds a block per 64-bit lane; shifting the lanes right by 4p puts code p of
-// each block in the low dword's and code p+8 in the high dword's low 4 bits, and vpermps (which
-// reads only those 4 bits) maps them to floats through a 16-entry table. No byte widening and no
-// per-step scale shuffle: the 8 steps accumulate unscaled per-block products, which are then
-// scaled by the group's 8 block scales in one FMA. x is prepared once per call in the matching
-// order. Four columns share every x load, two rows share every decode, and each (row, column)
-// accumulator sees the same operation sequence whatever the tile, so results are batch
-// invariant. BF16 widens weights to f32 by a shift (activations stay f32) and uses FMA.
-// GCC 12's AVX-512 headers use _mm512_undefined_*() placeholders that trip -Wuninitialized when
-// inlined into target-attributed functions; the warnings concern the header, not this code.
+// AVX-512 matrix products. NVFP4 (W4A16) needs AVX512_BF16 (Zen 4+, Sapphire Rapids+; other
+// AVX-512 CPUs run the AVX2 NVFP4 kernel). It works on chunks of 64 inputs (32 code bytes, 4
+// blocks) of a column: the bytes are widened to 16-bit words and vpermw maps each nibble (the low
+// one directly, the high one after a 4-bit shift) through a 16-entry table to its e2m1 value in
+// bfloat16, which is exact. Activations are prepared once per call as a pair of bfloat16 (hi, lo)
+// with x = hi + lo to 16 significant bits (relative error <= 2^-18, exact for integers below
+// 2^16); vdpbf16ps multiplies 32 weights by 32 activation words into 16 float lanes, each lane
+// summing products of one block only. Four such products (even/odd inputs, hi/lo) give a chunk's
+// unscaled per-block sums, and one FMA with the 4 block scales (each repeated over its 4 lanes)
+// adds them to the accumulator. Four columns share every activation load and two rows share every
+// decode; each (row, column) accumulator sees the same operation sequence whatever the tile, so
+// results are batch invariant. BF16 widens weights to f32 by a shift (activations stay f32) and
+// uses FMA.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -19,20 +21,28 @@
 #include <cstring>
 
 #include "backend/cpu/linear.h"
+#include "util/dtype.h"
 
 #define DRAMA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
+#define DRAMA_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace drama::cpu {
 namespace {
 
-constexpr int64_t kGroup = 128;  // inputs per group: 8 blocks, 64 code bytes, 8 scales
+constexpr int64_t kChunk = 64;  // inputs per chunk: 32 code bytes, 4 blocks
 
-alignas(64) constexpr float kE2m1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-                                         -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+// e2m1 codes as bfloat16 bits, twice: vpermw reads 5 index bits and the fifth (a bit of the
+// neighbouring nibble) must not matter.
+alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
+    0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80,
+    0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0, 0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040,
+    0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
 
-// e4m3 bytes (one per dword lane) to float, exactly: the 7 magnitude bits placed under the f32
-// exponent/mantissa and multiplied by 2^(127-7) (subnormals included); 0x7f is NaN.
-DRAMA_AVX512 inline __m512 e4m3_to_ps(__m512i b) {
+// 16 e4m3 bytes to float, exactly: the 7 magnitude bits placed under the f32 exponent/mantissa
+// and multiplied by 2^(127-7) (subnormals included); 0x7f is NaN.
+DRAMA_AVX512_BF16 inline __m512 e4m3_to_ps(__m128i bytes) {
+  const __m512i b = _mm512_cvtepu8_epi32(bytes);
   const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi32(0x7f));
   const __m512 f =
       _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(mag, 20)), _mm512_set1_ps(0x1.0p120f));
@@ -42,47 +52,45 @@ DRAMA_AVX512 inline __m512 e4m3_to_ps(__m512i b) {
   return _mm512_mask_mov_ps(r, nan, _mm512_set1_ps(__builtin_nanf("")));
 }
 
-// The scales of 8 blocks, each in the two dword lanes of its block's 64-bit lane.
-DRAMA_AVX512 inline __m512 group_scales(__m128i bytes) {
-  const __m512i q = _mm512_cvtepu8_epi64(bytes);
-  return e4m3_to_ps(_mm512_or_si512(q, _mm512_slli_epi64(q, 32)));
+// Lane i of chunk q's scale vector is block 4q + i/4 of the 16 in `scales`.
+DRAMA_AVX512_BF16 inline __m512 chunk_scales(__m512 scales, int q) {
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i block = _mm512_add_epi32(_mm512_srli_epi32(lane, 2), _mm512_set1_epi32(4 * q));
+  return _mm512_permutexvar_ps(block, scales);
 }
 
-// One group of T columns x R rows. codes[t]: the group's 64 code bytes of column t; s[t]: its 8
-// scale bytes. Per (t, r): two partial sums (even and odd steps p, each a mul then FMAs, so the
-// FMA latency chains stay short) of decode(p) * x(p), added, then acc = fma(part, scales, acc).
+// One chunk of T columns x R rows: codes[t] the chunk's 32 code bytes of column t, scale[t] its
+// 4 block scales laid out per lane, x[r] the chunk's 4 prepared activation vectors.
 template <int T, int R>
-DRAMA_AVX512 inline __attribute__((always_inline)) void nvfp4_group(const __m512i (&codes)[T],
-                                                                    const __m128i (&s)[T],
-                                                                    const float* const (&x)[R],
-                                                                    __m512 table,
+DRAMA_AVX512_BF16 inline __attribute__((always_inline)) void nvfp4_chunk(const uint8_t* const (&codes)[T],
+                                                                    const __m512 (&scale)[T],
+                                                                    const uint16_t* const (&x)[R],
+                                                                    __m512i table,
                                                                     __m512 (&acc)[T][R]) {
-  __m512 part[2][T][R];
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p) {
-    __m512 xv[R];
-    for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(x[i] + p * 16);
-    for (int t = 0; t < T; ++t) {
-      const __m512i idx = p == 0 ? codes[t] : _mm512_srli_epi64(codes[t], 4 * p);
-      const __m512 wv = _mm512_permutexvar_ps(idx, table);
-      for (int i = 0; i < R; ++i) {
-        __m512& sum = part[p & 1][t][i];
-        sum = p < 2 ? _mm512_mul_ps(wv, xv[i]) : _mm512_fmadd_ps(wv, xv[i], sum);
-      }
+  __m512bh xv[R][4];
+  for (int i = 0; i < R; ++i)
+    for (int v = 0; v < 4; ++v) xv[i][v] = (__m512bh)_mm512_loadu_si512(x[i] + v * 32);
+  for (int t = 0; t < T; ++t) {
+    const __m512i w16 =
+        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[t])));
+    const auto even = (__m512bh)_mm512_permutexvar_epi16(w16, table);
+    const auto odd = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w16, 4), table);
+    for (int i = 0; i < R; ++i) {
+      __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), even, xv[i][0]);
+      p = _mm512_dpbf16_ps(p, even, xv[i][1]);
+      p = _mm512_dpbf16_ps(p, odd, xv[i][2]);
+      p = _mm512_dpbf16_ps(p, odd, xv[i][3]);
+      acc[t][i] = _mm512_fmadd_ps(p, scale[t], acc[t][i]);
     }
   }
-  for (int t = 0; t < T; ++t) {
-    const __m512 scale = group_scales(s[t]);
-    for (int i = 0; i < R; ++i)
-      acc[t][i] = _mm512_fmadd_ps(_mm512_add_ps(part[0][t][i], part[1][t][i]), scale, acc[t][i]);
-  }
 }
 
-// T output columns x R rows over all inputs; the last partial group is read with masked loads
-// (missing blocks decode to zero weights against zero inputs, with zero scales).
+// T output columns x R rows over all inputs, 16 blocks (4 chunks) per scale load; the last
+// partial step reads codes and scales with masked loads (missing blocks have zero weights, zero
+// scales and zero prepared activations).
 template <int T, int R>
-DRAMA_AVX512 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_stride, int64_t o,
-                             int64_t r, float* y) {
+DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int64_t xp_stride,
+                             int64_t o, int64_t r, float* y) {
   const int64_t in = w.in, blocks = in / 16;
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const uint8_t* c[T];
@@ -91,34 +99,51 @@ DRAMA_AVX512 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_
     c[t] = codes + (o + t) * (in / 2);
     s[t] = w.scales + (o + t) * blocks;
   }
-  const float* x[R];
+  const uint16_t* x[R];
   for (int i = 0; i < R; ++i) x[i] = xp + (r + i) * xp_stride;
-  const __m512 table = _mm512_load_ps(kE2m1);
+  const __m512i table = _mm512_load_si512(kE2m1Bf16);
   __m512 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i) acc[t][i] = _mm512_setzero_ps();
-  __m512i q[T];
-  __m128i sb[T];
   int64_t b0 = 0;
-  for (; b0 + 8 <= blocks; b0 += 8) {
-    for (int t = 0; t < T; ++t) {
-      q[t] = _mm512_loadu_si512(c[t] + b0 * 8);
-      sb[t] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s[t] + b0));
+  for (; b0 + 16 <= blocks; b0 += 16) {
+    __m512 sc[T];
+    for (int t = 0; t < T; ++t)
+      sc[t] = e4m3_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[t] + b0)));
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) {
+      const uint8_t* cq[T];
+      __m512 scq[T];
+      for (int t = 0; t < T; ++t) {
+        cq[t] = c[t] + (b0 + 4 * q) * 8;
+        scq[t] = chunk_scales(sc[t], q);
+      }
+      const uint16_t* xq[R];
+      for (int i = 0; i < R; ++i) xq[i] = x[i] + (b0 + 4 * q) * 32;
+      nvfp4_chunk<T, R>(cq, scq, xq, table, acc);
     }
-    const float* xg[R];
-    for (int i = 0; i < R; ++i) xg[i] = x[i] + b0 * 16;
-    nvfp4_group<T, R>(q, sb, xg, table, acc);
   }
   if (b0 < blocks) {
     const int64_t nb = blocks - b0;
-    const auto m = static_cast<__mmask8>((1u << nb) - 1);
-    for (int t = 0; t < T; ++t) {
-      q[t] = _mm512_maskz_loadu_epi64(m, c[t] + b0 * 8);
-      sb[t] = _mm_maskz_loadu_epi8(m, s[t] + b0);
+    __m512 sc[T];
+    for (int t = 0; t < T; ++t)
+      sc[t] = e4m3_to_ps(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), s[t] + b0));
+    for (int q = 0; 4 * q < nb; ++q) {
+      const int64_t in_chunk = std::min<int64_t>(4, nb - 4 * q);
+      const auto m = static_cast<__mmask32>((uint64_t{1} << (8 * in_chunk)) - 1);
+      alignas(32) uint8_t tail[T][32];
+      const uint8_t* cq[T];
+      __m512 scq[T];
+      for (int t = 0; t < T; ++t) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tail[t]),
+                           _mm256_maskz_loadu_epi8(m, c[t] + (b0 + 4 * q) * 8));
+        cq[t] = tail[t];
+        scq[t] = chunk_scales(sc[t], q);
+      }
+      const uint16_t* xq[R];
+      for (int i = 0; i < R; ++i) xq[i] = x[i] + (b0 + 4 * q) * 32;
+      nvfp4_chunk<T, R>(cq, scq, xq, table, acc);
     }
-    const float* xg[R];
-    for (int i = 0; i < R; ++i) xg[i] = x[i] + b0 * 16;
-    nvfp4_group<T, R>(q, sb, xg, table, acc);
   }
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i)
@@ -126,7 +151,7 @@ DRAMA_AVX512 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_
 }
 
 template <int T>
-DRAMA_AVX512 void nvfp4_columns(const LinearWeight& w, const float* xp, int64_t xp_stride,
+DRAMA_AVX512_BF16 void nvfp4_columns(const LinearWeight& w, const uint16_t* xp, int64_t xp_stride,
                                 int64_t rows, int64_t o, float* y) {
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) nvfp4_tile<T, 2>(w, xp, xp_stride, o, r, y);
@@ -188,27 +213,40 @@ DRAMA_AVX512 void bf16_columns(const LinearWeight& w, const float* x, int64_t ro
 
 }  // namespace
 
-int64_t nvfp4_prepared_floats_avx512(int64_t in) {
-  return (in + kGroup - 1) / kGroup * kGroup;
+bool nvfp4_avx512_supported() {
+  return __builtin_cpu_supports("avx512bf16");
 }
 
-// Group g, step p, lane 2q + h holds input 128g + 16q + 8h + p (code p or p+8 of block q).
-void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp) {
-  const int64_t stride = nvfp4_prepared_floats_avx512(in);
+int64_t nvfp4_prepared_floats_avx512(int64_t in) {
+  return (in + kChunk - 1) / kChunk * kChunk;  // 2 words (hi, lo) per input
+}
+
+// Chunk c of a row is 4 vectors of 32 words: even-input hi, even-input lo, odd-input hi, odd-input
+// lo. Word 2i + e of an even vector holds input 64c + 4i + 2e, of an odd vector 64c + 4i + 2e + 1:
+// the inputs of code bytes 2i and 2i+1, matching vpermw's word order and vdpbf16ps's pairs.
+void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp_floats) {
+  const int64_t stride = 2 * nvfp4_prepared_floats_avx512(in);  // in words
+  auto* xp = reinterpret_cast<uint16_t*>(xp_floats);
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * in;
-    float* d = xp + r * stride;
-    std::memset(d, 0, sizeof(float) * stride);
+    uint16_t* d = xp + r * stride;
+    std::memset(d, 0, sizeof(uint16_t) * stride);
     for (int64_t i = 0; i < in; ++i) {
-      const int64_t g = i / kGroup, j = i % kGroup, q = j / 16, h = (j % 16) / 8, p = j % 8;
-      d[g * kGroup + p * 16 + 2 * q + h] = xr[i];
+      const uint16_t hi = f32_to_bf16(xr[i]);
+      const uint16_t lo = f32_to_bf16(xr[i] - bf16_to_f32(hi));
+      const int64_t c = i / kChunk, j = i % kChunk, pair = j / 4, e = (j % 4) / 2, odd = j % 2;
+      uint16_t* v = d + c * 128 + odd * 64 + 2 * pair + e;
+      v[0] = hi;
+      v[32] = lo;
     }
   }
 }
 
-DRAMA_AVX512 void nvfp4_linear_avx512(const LinearWeight& w, const float* xp, int64_t rows,
-                                      float* y, int64_t o0, int64_t o1) {
-  const int64_t stride = nvfp4_prepared_floats_avx512(w.in);
+DRAMA_AVX512_BF16 void nvfp4_linear_avx512(
+    const LinearWeight& w, const float* xp_floats, int64_t rows, float* y, int64_t o0,
+    int64_t o1) {
+  const int64_t stride = 2 * nvfp4_prepared_floats_avx512(w.in);
+  const auto* xp = reinterpret_cast<const uint16_t*>(xp_floats);
   int64_t o = o0;
   for (; o + 4 <= o1; o += 4) nvfp4_columns<4>(w, xp, stride, rows, o, y);
   for (; o < o1; ++o) nvfp4_columns<1>(w, xp, stride, rows, o, y);
