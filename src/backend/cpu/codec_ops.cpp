@@ -318,7 +318,7 @@ DRAMA_INLINE void convt_rows(const float* xp, int64_t xp_stride, int64_t len, co
 // and a degree-11 Taylor polynomial, relative error below 1e-15; then exp(x) - 1, whose
 // cancellation costs at most 1e-16 absolute, so |x| >= 1e-8 keeps relative error below 1e-8),
 // rounded to float once: within the contract's 4u alpha + 2u |y| (std::expm1 in float is also
-// within it, but the two may differ in the last bit). Tiny |x| < 1e-8 gives x + x*x/2.
+// within it, but the two may differ in the last bit). Tiny -1e-8 < x <= 0 gives x + x*x/2.
 template <int W>
 DRAMA_INLINE void elu_lanes(const float* xs, float alpha, float* ys) {
   using F = typename Lanes<W>::F;
@@ -347,7 +347,7 @@ DRAMA_INLINE void elu_lanes(const float* xs, float alpha, float* ys) {
   const L bits = (((L)t - (L)shifter) + 1023) << 52;
   D e = p * (D)bits - 1.0;
   const D tiny = v + v * v * 0.5;
-  e = blend((L)(v > -1e-8) & (L)(v < 1e-8), tiny, e);
+  e = blend((L)(v > -1e-8), tiny, e);  // positive x take x below anyway
   const F em1 = __builtin_convertvector(e, F);
   const F neg = alpha * em1;
   const F out = blend((I)(xf > 0.0f), xf, neg);
@@ -503,11 +503,12 @@ DRAMA_AVX2_FN void convt_rows_avx2(const float* xp, int64_t xp_stride, int64_t l
   convt_rows<8>(xp, xp_stride, len, wg, opg, bias, ipg, kernel, stride, y, out_len, og0, ol0, ol1);
 }
 
+// ELU runs on half-width float vectors so that their float64 widening fills one register.
 DRAMA_AVX512_FN void elu_avx512(const float* x, int64_t n, float alpha, float* y) {
-  elu_simd<16>(x, n, alpha, y);
+  elu_simd<8>(x, n, alpha, y);
 }
 DRAMA_AVX2_FN void elu_avx2(const float* x, int64_t n, float alpha, float* y) {
-  elu_simd<8>(x, n, alpha, y);
+  elu_simd<4>(x, n, alpha, y);
 }
 
 }  // namespace
