@@ -18,8 +18,12 @@
 //   input skip the term by a select (exactly as the scalar loop, which never adds it).
 // The SIMD helpers below pass vectors only between always-inline functions inside
 // target-attributed ones, so GCC's note that such arguments change the ABI does not apply.
+// GCC 12's AVX-512 headers use _mm512_undefined_*() placeholders that trip -Wuninitialized when
+// inlined into target-attributed functions (as in linear_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include <algorithm>
 #include <cmath>
@@ -375,14 +379,14 @@ constexpr int64_t kShortMaxLen = 8, kShortMaxOut = 64;
 #define DRAMA_AVX2_FN __attribute__((target("avx2,fma"), noinline))
 
 // conv_transpose1d with a short output row (out_len <= NV * 16: the first decoder upsampling of
-// a frame, 3 input steps -> 32 outputs): lanes over output steps u of one channel, and for each
-// input step t the weight row placed at u = t * stride + j by a masked unaligned load; lanes
-// outside the kernel skip the term (masked add), so each element still receives its terms in
-// (c, t) ascending order.
+// a frame, 3 input steps -> 32 outputs; kernel <= 16): lanes over output steps u of one
+// channel; the weight row is one register, and for each input step t it is permuted into place
+// (u = t * stride + j); lanes outside the kernel skip the term (masked add), so each element
+// still receives its terms in (c, t) ascending order.
 template <int NV, int OB>
 DRAMA_AVX512_INLINE void convt_short_block(const float* xg, int64_t len, const float* wg,
                                            int64_t opg, const float* bias, int64_t ipg,
-                                           int64_t kernel, const int64_t* offset,
+                                           int64_t kernel, const __m512i* index,
                                            const __mmask16* mask, float* y, int64_t out_len,
                                            int64_t og0, int64_t ol, int64_t c0, int64_t c1) {
   __m512 acc[OB][NV];
@@ -397,15 +401,19 @@ DRAMA_AVX512_INLINE void convt_short_block(const float* xg, int64_t len, const f
     }
   }
   (void)ipg;
+  const __mmask16 row_mask = static_cast<__mmask16>((1u << kernel) - 1);
   for (int64_t c = c0; c < c1; ++c) {
     const float* wc = wg + (c * opg + ol) * kernel;
+    __m512 row[OB];
+    for (int ob = 0; ob < OB; ++ob) row[ob] = _mm512_maskz_loadu_ps(row_mask, wc + ob * kernel);
     for (int64_t t = 0; t < len; ++t) {
       const __m512 xb = _mm512_set1_ps(xg[c * len + t]);
       for (int nv = 0; nv < NV; ++nv) {
         const __mmask16 m = mask[t * NV + nv];
-        const int64_t off = offset[t * NV + nv];
+        if (m == 0) continue;
+        const __m512i idx = index[t * NV + nv];
         for (int ob = 0; ob < OB; ++ob) {
-          const __m512 wv = _mm512_maskz_loadu_ps(m, wc + ob * kernel + off);
+          const __m512 wv = _mm512_permutexvar_ps(idx, row[ob]);
           acc[ob][nv] = _mm512_mask_add_ps(acc[ob][nv], m, acc[ob][nv], _mm512_mul_ps(xb, wv));
         }
       }
@@ -426,15 +434,21 @@ DRAMA_AVX512_INLINE void convt_short(const float* xg, int64_t len, const float* 
                                      const float* bias, int64_t ipg, int64_t kernel, int64_t stride,
                                      float* y, int64_t out_len, int64_t og0, int64_t ol0,
                                      int64_t ol1) {
-  int64_t offset[kShortMaxLen * NV];
+  // Lane l of output vector nv takes tap j = nv * 16 + l - t * stride of the row (kernel <= 16
+  // taps, one register): a permutation of the row, and a mask of the lanes with 0 <= j < kernel.
+  __m512i index[kShortMaxLen * NV];
   __mmask16 mask[kShortMaxLen * NV];
   for (int64_t t = 0; t < len; ++t)
     for (int nv = 0; nv < NV; ++nv) {
-      const int64_t off = nv * 16 - t * stride;  // lane l takes tap j = off + l
+      const int64_t off = nv * 16 - t * stride;
       uint32_t m = 0;
-      for (int l = 0; l < 16; ++l)
-        if (off + l >= 0 && off + l < kernel) m |= 1u << l;
-      offset[t * NV + nv] = off;
+      alignas(64) int32_t lanes[16];
+      for (int l = 0; l < 16; ++l) {
+        const bool in = off + l >= 0 && off + l < kernel;
+        if (in) m |= 1u << l;
+        lanes[l] = in ? static_cast<int32_t>(off + l) : 0;
+      }
+      index[t * NV + nv] = _mm512_load_si512(lanes);
       mask[t * NV + nv] = static_cast<__mmask16>(m);
     }
   // Input channels in chunks (partial sums kept in y), output channels inside: the weights
@@ -444,10 +458,10 @@ DRAMA_AVX512_INLINE void convt_short(const float* xg, int64_t len, const float* 
     const int64_t c1 = std::min(ipg, c0 + kChunk);
     int64_t ol = ol0;
     for (; ol + 4 <= ol1; ol += 4)
-      convt_short_block<NV, 4>(xg, len, wg, opg, bias, ipg, kernel, offset, mask, y, out_len, og0,
+      convt_short_block<NV, 4>(xg, len, wg, opg, bias, ipg, kernel, index, mask, y, out_len, og0,
                                ol, c0, c1);
     for (; ol < ol1; ++ol)
-      convt_short_block<NV, 1>(xg, len, wg, opg, bias, ipg, kernel, offset, mask, y, out_len, og0,
+      convt_short_block<NV, 1>(xg, len, wg, opg, bias, ipg, kernel, index, mask, y, out_len, og0,
                                ol, c0, c1);
   }
 }
@@ -552,7 +566,7 @@ void CpuBackend::conv_transpose1d(const float* x, int64_t in_ch, int64_t len, co
   const int64_t out_len = (len - 1) * stride + kernel;
   const int lanes = isa_ == Isa::Avx512 ? 16 : isa_ == Isa::Avx2 ? 8 : 0;
   if (isa_ == Isa::Avx512 && len > 0 && len <= kShortMaxLen && out_len <= kShortMaxOut &&
-      out_per_group * in_per_group >= 16) {
+      kernel <= 16 && out_per_group * in_per_group >= 16) {
     pool_.parallel_for(out_ch, 1, [&](int64_t o0, int64_t o1) {
       for (int64_t a = o0; a < o1;) {
         const int64_t g = a / out_per_group, e = std::min(o1, (g + 1) * out_per_group);
