@@ -273,13 +273,22 @@ DRAMA_INLINE void convt_channel_block(const float* xp, int64_t xp_stride, int64_
   const int64_t q_count = (out_len + stride - 1) / stride;
   const float* bo = bias ? bias + og0 + ol : nullptr;
   float* yo = y + (og0 + ol) * out_len;
+  // The block's weights [c][ol .. ol + OB)[k] packed contiguously: every phase r re-reads them,
+  // and in place they lie out_per_group * kernel floats apart per input channel (cache-set
+  // conflicts at the real sizes).
+  thread_local std::vector<float> packed;
+  packed.resize(static_cast<size_t>(ipg * OB * kernel));
+  for (int64_t c = 0; c < ipg; ++c)
+    std::memcpy(packed.data() + c * OB * kernel, wg + (c * opg + ol) * kernel,
+                static_cast<size_t>(OB * kernel) * sizeof(float));
+  const float* wp = packed.data();
   for (int64_t q0 = 0; q0 < q_count; q0 += QV * W) {
     if (q0 < m_count - 1 || q0 + QV * W > len)
-      convt_tile<W, OB, QV, true>(xp, xp_stride, len, wg, opg, ol, bo, ipg, kernel, stride, m_count,
+      convt_tile<W, OB, QV, true>(xp, xp_stride, len, wp, OB, 0, bo, ipg, kernel, stride, m_count,
                                   yo, out_len, q0);
     else
-      convt_tile<W, OB, QV, false>(xp, xp_stride, len, wg, opg, ol, bo, ipg, kernel, stride,
-                                   m_count, yo, out_len, q0);
+      convt_tile<W, OB, QV, false>(xp, xp_stride, len, wp, OB, 0, bo, ipg, kernel, stride, m_count,
+                                   yo, out_len, q0);
   }
 }
 
