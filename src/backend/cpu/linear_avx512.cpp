@@ -24,11 +24,14 @@
 #include "util/dtype.h"
 
 #define DRAMA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#define DRAMA_AVX512_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define DRAMA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace drama::cpu {
 namespace {
+
+inline void prefetch(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
 
 constexpr int64_t kChunk = 64;  // inputs per chunk: 32 code bytes, 4 blocks
 
@@ -62,11 +65,9 @@ DRAMA_AVX512_BF16 inline __m512 chunk_scales(__m512 scales, int q) {
 // One chunk of T columns x R rows: codes[t] the chunk's 32 code bytes of column t, scale[t] its
 // 4 block scales laid out per lane, x[r] the chunk's 4 prepared activation vectors.
 template <int T, int R>
-DRAMA_AVX512_BF16 inline __attribute__((always_inline)) void nvfp4_chunk(const uint8_t* const (&codes)[T],
-                                                                    const __m512 (&scale)[T],
-                                                                    const uint16_t* const (&x)[R],
-                                                                    __m512i table,
-                                                                    __m512 (&acc)[T][R]) {
+DRAMA_AVX512_BF16 inline __attribute__((always_inline)) void nvfp4_chunk(
+    const uint8_t* const (&codes)[T], const __m512 (&scale)[T], const uint16_t* const (&x)[R],
+    __m512i table, __m512 (&acc)[T][R]) {
   __m512bh xv[R][4];
   for (int i = 0; i < R; ++i)
     for (int v = 0; v < 4; ++v) xv[i][v] = (__m512bh)_mm512_loadu_si512(x[i] + v * 32);
@@ -90,7 +91,7 @@ DRAMA_AVX512_BF16 inline __attribute__((always_inline)) void nvfp4_chunk(const u
 // scales and zero prepared activations).
 template <int T, int R>
 DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int64_t xp_stride,
-                             int64_t o, int64_t r, float* y) {
+                                  int64_t o, int64_t r, float* y) {
   const int64_t in = w.in, blocks = in / 16;
   const auto* codes = static_cast<const uint8_t*>(w.data);
   const uint8_t* c[T];
@@ -105,8 +106,17 @@ DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int
   __m512 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i) acc[t][i] = _mm512_setzero_ps();
+  // The next T columns are prefetched while these are computed: a column of a small matrix is
+  // too short a stream for the hardware prefetcher to ramp up (1.6-2.3x on expert shapes).
+  const bool ahead = o + 2 * T <= w.out;
   int64_t b0 = 0;
   for (; b0 + 16 <= blocks; b0 += 16) {
+    if (ahead)
+      for (int t = 0; t < T; ++t) {
+        prefetch(c[t] + T * (in / 2) + b0 * 8);
+        prefetch(c[t] + T * (in / 2) + b0 * 8 + 64);
+        if (b0 % 64 == 0) prefetch(s[t] + T * blocks + b0);
+      }
     __m512 sc[T];
     for (int t = 0; t < T; ++t)
       sc[t] = e4m3_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[t] + b0)));
@@ -152,7 +162,7 @@ DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int
 
 template <int T>
 DRAMA_AVX512_BF16 void nvfp4_columns(const LinearWeight& w, const uint16_t* xp, int64_t xp_stride,
-                                int64_t rows, int64_t o, float* y) {
+                                     int64_t rows, int64_t o, float* y) {
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) nvfp4_tile<T, 2>(w, xp, xp_stride, o, r, y);
   if (r < rows) nvfp4_tile<T, 1>(w, xp, xp_stride, o, r, y);
@@ -181,8 +191,11 @@ DRAMA_AVX512 void bf16_tile(const LinearWeight& w, const float* x, int64_t o, in
   __m512 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i) acc[t][i] = _mm512_setzero_ps();
+  const bool ahead = o + 2 * T <= w.out;  // prefetch the next T columns, as nvfp4_tile does
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {
+    if (ahead && k % 32 == 0)
+      for (int t = 0; t < T; ++t) prefetch(wr[t] + T * in + k);
     __m512 xv[R];
     for (int i = 0; i < R; ++i) xv[i] = _mm512_loadu_ps(xr[i] + k);
     for (int t = 0; t < T; ++t) {
@@ -242,9 +255,8 @@ void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp_
   }
 }
 
-DRAMA_AVX512_BF16 void nvfp4_linear_avx512(
-    const LinearWeight& w, const float* xp_floats, int64_t rows, float* y, int64_t o0,
-    int64_t o1) {
+DRAMA_AVX512_BF16 void nvfp4_linear_avx512(const LinearWeight& w, const float* xp_floats,
+                                           int64_t rows, float* y, int64_t o0, int64_t o1) {
   const int64_t stride = 2 * nvfp4_prepared_floats_avx512(w.in);
   const auto* xp = reinterpret_cast<const uint16_t*>(xp_floats);
   int64_t o = o0;
