@@ -1,6 +1,7 @@
 // Grouped-query attention over one sequence's KV cache (spec section 1). Work is split by
-// (row, head): each output vector is computed by one thread with scores, a max-subtracted
-// float32 softmax and the weighted sum of values, all in increasing cache position order.
+// (row, head): each output vector is computed by one thread with scores (each a fixed-order
+// vectorised dot product), a max-subtracted float32 softmax and the weighted sum of values, all in
+// increasing cache position order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,13 +11,38 @@
 
 namespace drama::cpu {
 
+namespace {
+
+// q . k in a fixed order that vectorises: 16 running sums (lane d % 16), then a fixed pairwise
+// tree over the lanes, then the tail. One order for every ISA, row, batch and thread count.
+inline float dot_fixed(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float lane[kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= n; d += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += a[d + l] * b[d + l];
+  for (int width = kLanes / 2; width >= 1; width /= 2)
+    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
+  float sum = lane[0];
+  for (; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+}  // namespace
+
 void CpuBackend::attention(const float* q, int64_t rows, const int32_t* positions,
                            const float* k_cache, const float* v_cache, int64_t n_heads,
                            int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) {
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t kv_stride = n_kv_heads * head_dim;
-  pool_.parallel_for(rows * n_heads, 1, [&](int64_t t0, int64_t t1) {
+  // Work per (row, head): the keys and values it reads, over the longest span in the call.
+  int64_t span = 1;
+  for (int64_t r = 0; r < rows; ++r)
+    span = std::max<int64_t>(
+        span, window > 0 ? std::min<int64_t>(window, positions[r] + 1) : positions[r] + 1);
+  const double item_work = static_cast<double>(span * head_dim) * 8;
+  pool_.parallel_for(rows * n_heads, 1, item_work, [&](int64_t t0, int64_t t1) {
     std::vector<float> p;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r = t / n_heads, h = t % n_heads, kvh = h / group;
@@ -27,9 +53,7 @@ void CpuBackend::attention(const float* q, int64_t rows, const int32_t* position
       p.resize(last - first + 1);
       float max = -std::numeric_limits<float>::infinity();
       for (int64_t j = first; j <= last; ++j) {
-        const float* kv = k_cache + j * kv_stride + kvh * head_dim;
-        float dot = 0.0f;
-        for (int64_t d = 0; d < head_dim; ++d) dot += qv[d] * kv[d];
+        const float dot = dot_fixed(qv, k_cache + j * kv_stride + kvh * head_dim, head_dim);
         p[j - first] = dot * scale;
         max = std::max(max, p[j - first]);
       }

@@ -59,14 +59,19 @@ void CpuBackend::download(void* dst, const void* src, size_t bytes) {
 
 void CpuBackend::elementwise(int64_t n, const ThreadPool::Range& fn) {
   // Small vectors are not worth a wake-up of the workers.
-  pool_.parallel_for(n, 1 << 14, fn);
+  pool_.parallel_for(n, 1 << 12, 8.0, fn);  // about 8 bytes read and written per element
 }
 
 void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
   if (rows <= 0 || w.out <= 0) return;
+  // Work per output column: the weight bytes it streams plus one unit per multiply-add.
+  const double column_bytes =
+      (w.format == WeightFormat::NVFP4 ? static_cast<double>(w.in) * (0.5 + 1.0 / 16)
+                                       : static_cast<double>(w.in) * 2) +
+      static_cast<double>(w.in) * static_cast<double>(rows);
   if (w.format == WeightFormat::NVFP4) {
     if (isa_ == Isa::Scalar) {
-      pool_.parallel_for(w.out, kLinearGrain, [&](int64_t o0, int64_t o1) {
+      pool_.parallel_for(w.out, kLinearGrain, column_bytes, [&](int64_t o0, int64_t o1) {
         nvfp4_linear_scalar(w, x, rows, y, o0, o1);
       });
       return;
@@ -81,7 +86,7 @@ void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, flo
       nvfp4_prepare_x_avx512(x, rows, w.in, xp);
     else
       nvfp4_prepare_x_avx2(x, rows, w.in, xp);
-    pool_.parallel_for(w.out, kLinearGrain, [&](int64_t o0, int64_t o1) {
+    pool_.parallel_for(w.out, kLinearGrain, column_bytes, [&](int64_t o0, int64_t o1) {
       if (wide)
         nvfp4_linear_avx512(w, xp, rows, y, o0, o1);
       else
@@ -89,7 +94,7 @@ void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, flo
     });
     return;
   }
-  pool_.parallel_for(w.out, kLinearGrain, [&](int64_t o0, int64_t o1) {
+  pool_.parallel_for(w.out, kLinearGrain, column_bytes, [&](int64_t o0, int64_t o1) {
     switch (isa_) {
       case Isa::Scalar:
         bf16_linear_scalar(w, x, rows, y, o0, o1);
@@ -106,7 +111,7 @@ void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, flo
 
 void CpuBackend::dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) {
   const int64_t in = w.in;
-  pool_.parallel_for(nrows, 4, [&](int64_t r0, int64_t r1) {
+  pool_.parallel_for(nrows, 4, static_cast<double>(in) * 4.5, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t o = row0 + r;
       float* dst = out + r * in;

@@ -19,7 +19,7 @@ void CpuBackend::route_topk(const float* logits, int64_t rows, int64_t logit_str
   std::iota(by_id.begin(), by_id.end(), 0);
   std::sort(by_id.begin(), by_id.end(),
             [&](int32_t a, int32_t b) { return original_id[a] < original_id[b]; });
-  pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+  pool_.parallel_for(rows, 1, static_cast<double>(n_stored) * 64, [&](int64_t r0, int64_t r1) {
     std::vector<float> prob(n_stored);
     std::vector<int32_t> rank(n_stored);
     for (int64_t r = r0; r < r1; ++r) {
@@ -49,7 +49,7 @@ void CpuBackend::route_topk(const float* logits, int64_t rows, int64_t logit_str
 
 void CpuBackend::expert_combine(const float* expert_out, const float* weight, int64_t rows,
                                 int64_t k, int64_t dim, float* y) {
-  pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+  pool_.parallel_for(rows, 1, static_cast<double>(k * dim) * 8, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* yr = y + r * dim;
       for (int64_t j = 0; j < k; ++j) {

@@ -10,7 +10,8 @@ namespace drama::cpu {
 
 void CpuBackend::embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids,
                            int64_t rows, int64_t ids_per_row, float* out) {
-  pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+  const double row_bytes = static_cast<double>(dim) * (4 + 2 * ids_per_row);
+  pool_.parallel_for(rows, 1, row_bytes, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       float* o = out + r * dim;
       for (int64_t d = 0; d < dim; ++d) o[d] = 0.0f;
@@ -24,7 +25,7 @@ void CpuBackend::embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_
 
 void CpuBackend::rms_norm(const float* x, const uint16_t* w_bf16, int64_t rows, int64_t dim,
                           float eps, float* y) {
-  pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+  pool_.parallel_for(rows, 1, static_cast<double>(dim) * 10, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * dim;
       float* yr = y + r * dim;
@@ -43,7 +44,10 @@ void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
   std::vector<double> inv_freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
-  pool_.parallel_for(rows, 1, [&](int64_t r0, int64_t r1) {
+  // Per row: a sine and cosine per frequency (counted as 64 bytes of work) and the heads' values.
+  const double row_work =
+      static_cast<double>(half) * 64 + static_cast<double>(heads * head_dim) * 8;
+  pool_.parallel_for(rows, 1, row_work, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const double pos = positions[r];
       for (int64_t i = 0; i < half; ++i) {

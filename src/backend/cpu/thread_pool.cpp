@@ -1,6 +1,7 @@
 #include "backend/cpu/thread_pool.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace drama::cpu {
 
@@ -18,10 +19,20 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const Range& fn) {
+  run(n, grain, threads_, fn);
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, double work_per_item, const Range& fn) {
+  const double work = static_cast<double>(std::max<int64_t>(n, 0)) * work_per_item;
+  const double parts = std::floor(work / kMinWorkPerThread);
+  run(n, grain, parts < 1 ? 1 : parts > threads_ ? threads_ : static_cast<int64_t>(parts), fn);
+}
+
+void ThreadPool::run(int64_t n, int64_t grain, int64_t max_parts, const Range& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   const int64_t grains = (n + grain - 1) / grain;
-  const int64_t parts = std::min<int64_t>(threads_, grains);
+  const int64_t parts = std::min<int64_t>({threads_, grains, std::max<int64_t>(1, max_parts)});
   if (parts <= 1) {
     fn(0, n);
     return;

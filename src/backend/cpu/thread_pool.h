@@ -27,9 +27,17 @@ class ThreadPool {
   // several host threads are serialised.
   using Range = std::function<void(int64_t begin, int64_t end)>;
   void parallel_for(int64_t n, int64_t grain, const Range& fn);
+  // The same, but uses a worker only for each kMinWorkPerThread units of work (work_per_item
+  // units per item, about the bytes an item touches): waking a sleeping worker costs about 28 us
+  // on the 2-vCPU VMs (measured: an empty two-thread parallel_for), the time to stream 0.5-1 MB,
+  // so smaller loops run inline on the caller. The split never changes a result.
+  static constexpr double kMinWorkPerThread = 1 << 20;
+  void parallel_for(int64_t n, int64_t grain, double work_per_item, const Range& fn);
 
  private:
   void worker(int index);
+
+  void run(int64_t n, int64_t grain, int64_t max_parts, const Range& fn);
 
   int threads_;
   std::vector<std::thread> workers_;
