@@ -13,19 +13,41 @@ namespace drama::cpu {
 
 namespace {
 
-// q . k in a fixed order that vectorises: 16 running sums (lane d % 16), then a fixed pairwise
-// tree over the lanes, then the tail. One order for every ISA, row, batch and thread count.
-inline float dot_fixed(const float* a, const float* b, int64_t n) {
+// One (row, head) output: scores over cache positions [first, last], softmax, weighted values.
+// q . k runs in a fixed order that vectorises: 16 running sums (lane d % 16), a fixed pairwise
+// tree over the lanes, then the tail. The source fixes every operation's order, so the clones
+// for each instruction set (target_clones) compute identical bits; only their speed differs.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void attend_one(
+    const float* qv, const float* k_cache, const float* v_cache, int64_t kv_stride,
+    int64_t head_dim, int64_t first, int64_t last, float scale, float* p, float* o) {
   constexpr int kLanes = 16;
-  float lane[kLanes] = {};
-  int64_t d = 0;
-  for (; d + kLanes <= n; d += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += a[d + l] * b[d + l];
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
-  float sum = lane[0];
-  for (; d < n; ++d) sum += a[d] * b[d];
-  return sum;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = first; j <= last; ++j) {
+    const float* kv = k_cache + j * kv_stride;
+    float lane[kLanes] = {};
+    int64_t d = 0;
+    for (; d + kLanes <= head_dim; d += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] += qv[d + l] * kv[d + l];
+    for (int width = kLanes / 2; width >= 1; width /= 2)
+      for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
+    float dot = lane[0];
+    for (; d < head_dim; ++d) dot += qv[d] * kv[d];
+    p[j - first] = dot * scale;
+    max = std::max(max, p[j - first]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j <= last - first; ++j) {
+    p[j] = std::exp(p[j] - max);
+    sum += p[j];
+  }
+  for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
+  for (int64_t j = first; j <= last; ++j) {
+    const float* vv = v_cache + j * kv_stride;
+    const float e = p[j - first];
+    for (int64_t d = 0; d < head_dim; ++d) o[d] += e * vv[d];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t d = 0; d < head_dim; ++d) o[d] *= inv;
 }
 
 }  // namespace
@@ -48,28 +70,9 @@ void CpuBackend::attention(const float* q, int64_t rows, const int32_t* position
       const int64_t r = t / n_heads, h = t % n_heads, kvh = h / group;
       const int64_t last = positions[r];
       const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
-      const float* qv = q + t * head_dim;
-      float* o = out + t * head_dim;
       p.resize(last - first + 1);
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = first; j <= last; ++j) {
-        const float dot = dot_fixed(qv, k_cache + j * kv_stride + kvh * head_dim, head_dim);
-        p[j - first] = dot * scale;
-        max = std::max(max, p[j - first]);
-      }
-      float sum = 0.0f;
-      for (auto& e : p) {
-        e = std::exp(e - max);
-        sum += e;
-      }
-      for (int64_t d = 0; d < head_dim; ++d) o[d] = 0.0f;
-      for (int64_t j = first; j <= last; ++j) {
-        const float* vv = v_cache + j * kv_stride + kvh * head_dim;
-        const float e = p[j - first];
-        for (int64_t d = 0; d < head_dim; ++d) o[d] += e * vv[d];
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t d = 0; d < head_dim; ++d) o[d] *= inv;
+      attend_one(q + t * head_dim, k_cache + kvh * head_dim, v_cache + kvh * head_dim, kv_stride,
+                 head_dim, first, last, scale, p.data(), out + t * head_dim);
     }
   });
 }
