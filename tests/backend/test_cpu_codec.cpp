@@ -73,7 +73,8 @@ TEST(CpuCodec, Conv1dSimdBitwiseEqualsScalar) {
       {64, 32, 3, 1, 1, 1, 16 * 9 + 7, true}, {32, 64, 1, 1, 1, 1, 96, true},
       {48, 96, 7, 1, 1, 1, 8, true},          {48, 35, 7, 1, 1, 1, 9, true},
       {16, 32, 4, 2, 1, 2, 12, true},         {1, 2, 37, 1, 53, 1, 37 * 53, false},
-      {1, 3, 40, 1, 70, 1, 40 * 70, false},   {12, 24, 3, 1, 2, 3, 70, true}};
+      {1, 3, 40, 1, 70, 1, 40 * 70, false},   {12, 24, 3, 1, 2, 3, 70, true},
+      {10, 32, 3, 1, 1, 1, 9, true},          {10, 34, 3, 2, 2, 1, 15, false}};
   std::mt19937 rng(kSeed + 10);
   for (const Shape& sh : shapes) {
     const int64_t ipg = sh.in / sh.groups;

@@ -501,11 +501,85 @@ DRAMA_AVX2_FN void conv1d_rows_avx2(const float* xg, int64_t len, const float* w
                                     int64_t out_len, int64_t o0, int64_t o1) {
   conv1d_rows_simd<8>(xg, len, w, bias, ipg, kernel, dilation, y, out_len, o0, o1);
 }
+// 16x16 transpose: rows r[i] (16 reduction steps of channel i) -> r[s] (channels of step s).
+DRAMA_AVX512_INLINE void transpose16(__m512 r[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 16; i += 8)
+    for (int k = 0; k < 4; ++k) {
+      t[i + k] = _mm512_shuffle_f32x4(u[i + k], u[i + 4 + k], 0x88);
+      t[i + 4 + k] = _mm512_shuffle_f32x4(u[i + k], u[i + 4 + k], 0xDD);
+    }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xDD);
+  }
+}
+
+// Lanes over 16 output channels, NT output steps: the weight rows (reduction r = c * kernel + j
+// contiguous per channel) are read 16 steps at a time and transposed in registers, then each
+// step r updates every lane in ascending r, as the scalar loop does.
+template <int NT>
+DRAMA_AVX512_INLINE void conv1d_channels_tile16(const float* xg, int64_t len, const float* wo,
+                                                int64_t wstride, const float* bias, int64_t kernel,
+                                                int64_t stride, int64_t dilation, float* yo,
+                                                int64_t out_len, int64_t t0) {
+  __m512 acc[NT];
+  const __m512 b = bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps();
+  for (int nt = 0; nt < NT; ++nt) acc[nt] = b;
+  int64_t c = 0, j = 0;  // (c, j) of reduction step r
+  for (int64_t r0 = 0; r0 < wstride; r0 += 16) {
+    const int64_t steps = std::min<int64_t>(16, wstride - r0);
+    const __mmask16 m = static_cast<__mmask16>((1u << steps) - 1);
+    __m512 w[16];
+    for (int i = 0; i < 16; ++i) w[i] = _mm512_maskz_loadu_ps(m, wo + i * wstride + r0);
+    transpose16(w);
+    for (int64_t s = 0; s < steps; ++s) {
+      const float* xs = xg + c * len + t0 * stride + j * dilation;
+      for (int nt = 0; nt < NT; ++nt)
+        acc[nt] = _mm512_add_ps(acc[nt], _mm512_mul_ps(w[s], _mm512_set1_ps(xs[nt * stride])));
+      if (++j == kernel) {
+        j = 0;
+        ++c;
+      }
+    }
+  }
+  alignas(64) float out[16];
+  for (int nt = 0; nt < NT; ++nt) {
+    _mm512_store_ps(out, acc[nt]);
+    for (int l = 0; l < 16; ++l) yo[l * out_len + t0 + nt] = out[l];
+  }
+}
+
 DRAMA_AVX512_FN void conv1d_channels_avx512(const float* xg, int64_t len, const float* w,
                                             const float* bias, int64_t ipg, int64_t kernel,
                                             int64_t stride, int64_t dilation, float* y,
                                             int64_t out_len, int64_t o0, int64_t o1) {
-  conv1d_channels_simd<16>(xg, len, w, bias, ipg, kernel, stride, dilation, y, out_len, o0, o1);
+  const int64_t wstride = ipg * kernel;
+  int64_t o = o0;
+  for (; o + 16 <= o1; o += 16) {
+    const float* wo = w + o * wstride;
+    const float* bo = bias ? bias + o : nullptr;
+    float* yo = y + o * out_len;
+    int64_t t = 0;
+    for (; t + 4 <= out_len; t += 4)
+      conv1d_channels_tile16<4>(xg, len, wo, wstride, bo, kernel, stride, dilation, yo, out_len, t);
+    for (; t + 2 <= out_len; t += 2)
+      conv1d_channels_tile16<2>(xg, len, wo, wstride, bo, kernel, stride, dilation, yo, out_len, t);
+    for (; t < out_len; ++t)
+      conv1d_channels_tile16<1>(xg, len, wo, wstride, bo, kernel, stride, dilation, yo, out_len, t);
+  }
+  if (o < o1)
+    conv1d_channels_simd<16>(xg, len, w, bias, ipg, kernel, stride, dilation, y, out_len, o, o1);
 }
 DRAMA_AVX2_FN void conv1d_channels_avx2(const float* xg, int64_t len, const float* w,
                                         const float* bias, int64_t ipg, int64_t kernel,
