@@ -87,30 +87,6 @@ void parse_format(const json& v, SpeechFields& out) {
 
 }  // namespace
 
-const char* format_name(AudioFormat f) {
-  switch (f) {
-    case AudioFormat::Wav:
-      return "wav";
-    case AudioFormat::Pcm:
-      return "pcm";
-    case AudioFormat::Flac:
-      return "flac";
-  }
-  return "wav";
-}
-
-const char* content_type_for(AudioFormat f) {
-  switch (f) {
-    case AudioFormat::Wav:
-      return "audio/wav";
-    case AudioFormat::Pcm:
-      return "audio/pcm";
-    case AudioFormat::Flac:
-      return "audio/flac";
-  }
-  return "audio/wav";
-}
-
 bool is_valid_voice_id(std::string_view id) {
   if (id.empty() || id.size() > 64) return false;
   for (char c : id) {

@@ -8,15 +8,12 @@
 #include <string>
 #include <string_view>
 
+#include "audio/audio_io.h"
 #include "backend/backend.h"
 
 namespace drama::server {
 
-enum class AudioFormat { Wav, Pcm, Flac };
 enum class StreamMode { None, Audio, Sse };
-
-const char* format_name(AudioFormat f);
-const char* content_type_for(AudioFormat f);
 
 // What the loaded model and the server's launch options allow.
 struct SpeechPolicy {

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "audio/audio_io.h"
 #include "server/api_error.h"
-#include "server/audio_encoding.h"
 #include "server/base64.h"
 #include "server/request_log.h"
 #include "server/speech_request.h"
@@ -80,6 +80,14 @@ json voice_json(const VoiceInfo& v) {
           {"transcript", v.transcript},
           {"frames", v.frames},
           {"created", v.created}};
+}
+
+// Uploaded reference audio (WAV or FLAC, any rate and channel count) as mono at `rate`, through
+// the same reader as every other audio input (src/audio): throws drama::Error naming `label`.
+std::vector<float> decode_upload(std::span<const uint8_t> bytes, int64_t rate,
+                                 const std::string& label) {
+  const DecodedAudio a = read_audio_memory(bytes, label);
+  return resample_audio(a.mono, a.sample_rate, rate);
 }
 
 // Generation bookkeeping shared by the whole and streamed paths.
@@ -282,7 +290,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
     if (!bytes)
       throw ApiError(400, "invalid_base64", "'ref_audio' is not valid base64", "ref_audio");
     try {
-      ref_pcm = decode_audio(*bytes, engine_.sample_rate(), "'ref_audio'");
+      ref_pcm = decode_upload(*bytes, engine_.sample_rate(), "'ref_audio'");
     } catch (const Error& e) {
       throw ApiError(400, "invalid_audio", e.what(), "ref_audio");
     }
@@ -340,16 +348,10 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
     gen->slot.reset();
     finish(r, gen->sample_rate);
     if (r.cancelled) throw ApiError(503, "shutting_down", "the server is shutting down");
-    std::string body;
-    if (f.format == AudioFormat::Flac) {
-      body = encode_flac(pcm, gen->sample_rate);
-    } else {
-      if (f.format == AudioFormat::Wav)
-        body = wav_header(gen->sample_rate, uint32_t(pcm.size() * 2));
-      append_s16le(pcm, body);
-    }
+    const std::vector<uint8_t> body = encode_audio(pcm, gen->sample_rate, f.format);
     res.status = 200;
-    res.set_content(body, content_type_for(f.format));
+    res.set_content(reinterpret_cast<const char*>(body.data()), body.size(),
+                    audio_content_type(f.format));
     return;
   }
 
@@ -360,21 +362,18 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      sse ? "text/event-stream" : content_type_for(f.format),
+      sse ? "text/event-stream" : audio_content_type(f.format),
       [this, gen, cancel, sse, finish](size_t, httplib::DataSink& sink) {
-        std::string pending;
-        if (gen->format == AudioFormat::Wav)
-          pending = wav_header(gen->sample_rate, kUnknownWavSize);
-        auto emit = [&](std::string& bytes) {
+        std::vector<uint8_t> pending;
+        if (gen->format == AudioFormat::Wav) pending = streaming_wav_header(gen->sample_rate);
+        auto emit = [&](const std::vector<uint8_t>& bytes) {
           if (!sink.is_writable()) return false;
           if (sse) {
-            json ev = {{"type", "speech.audio.delta"},
-                       {"audio", base64_encode({reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                bytes.size()})}};
+            json ev = {{"type", "speech.audio.delta"}, {"audio", base64_encode(bytes)}};
             std::string line = "data: " + ev.dump() + "\n\n";
             return sink.write(line.data(), line.size());
           }
-          return sink.write(bytes.data(), bytes.size());
+          return sink.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
         };
         SpeechResult r;
         try {
@@ -482,7 +481,8 @@ void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Respon
 
   std::vector<float> pcm;
   try {
-    pcm = decode_audio(audio, engine_.sample_rate(), "'audio_sample'");
+    pcm = decode_upload({reinterpret_cast<const uint8_t*>(audio.data()), audio.size()},
+                        engine_.sample_rate(), "'audio_sample'");
   } catch (const Error& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }

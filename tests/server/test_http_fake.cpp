@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "server/audio_encoding.h"
+#include "audio/audio_io.h"
 #include "server/base64.h"
 #include "server/fake_engine.h"
 #include "server/http_test_util.h"
@@ -76,9 +76,8 @@ void expect_error_shape(const Reply& r, int status, const std::string& code) {
 std::string tone_wav(double seconds, int rate = 16000) {
   std::vector<float> pcm(size_t(seconds * rate));
   for (size_t i = 0; i < pcm.size(); ++i) pcm[i] = float(0.3 * std::sin(0.03 * double(i)));
-  std::string wav = server::wav_header(rate, uint32_t(pcm.size() * 2));
-  server::append_s16le(pcm, wav);
-  return wav;
+  const std::vector<uint8_t> wav = encode_audio(pcm, rate, AudioFormat::Wav);
+  return {wav.begin(), wav.end()};
 }
 
 TEST(HttpFake, HealthModelsAndMetrics) {
@@ -249,6 +248,19 @@ TEST(HttpFake, VoicesAddUseListDeleteAndSurviveRestart) {
     body["audio_base64"] =
         server::base64_encode(std::vector<uint8_t>{'n', 'o', 't', 'a', 'w', 'a', 'v'});
     expect_error_shape(post(s.port, "/v1/audio/voices", body.dump()), 400, "invalid_audio");
+    // Uploads go through src/audio's reader: a FLAC header declaring 2^31 samples (found by
+    // fuzz_audio) and a non-WAV/FLAC container are refused; the server stays healthy.
+    const std::string bomb =
+        "ZkxhQwAAACIQABAAAADfAADfBdwA8GVmZXJlbmNlIGxpYkZMMjAyMigAAAAAAAAA//h3"
+        "CACEhCEg/9BKKeQhh4hpVWAoAAAAAAAAAFQ=";
+    body["audio_base64"] = bomb;
+    expect_error_shape(post(s.port, "/v1/audio/voices", body.dump()), 400, "invalid_audio");
+    body["audio_base64"] = server::base64_encode(
+        std::vector<uint8_t>{'I', 'D', '3', 3, 0, 0, 0, 0, 0, 0, 0xff, 0xfb, 0x90});
+    expect_error_shape(post(s.port, "/v1/audio/voices", body.dump()), 400, "invalid_audio");
+    expect_error_shape(post(s.port, "/v1/audio/speech",
+                            json{{"input", "x"}, {"ref_audio", bomb}, {"ref_text", "t"}}.dump()),
+                       400, "invalid_audio");
     expect_error_shape(post(s.port, "/v1/audio/voices", "x", "text/plain"), 415,
                        "unsupported_media_type");
     expect_error_shape(
