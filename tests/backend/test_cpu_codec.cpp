@@ -60,7 +60,8 @@ TEST(CpuCodec, ConvTranspose1dFullOutput) {
 // equal to the scalar kernel's, for any thread count: shapes cover the lane-over-time tiles
 // (4/2/1 channels x 4/8/1 vectors, ragged ends), lanes over channels (short outputs, strides),
 // the polyphase transposed convolution (edge blocks, kernel not a multiple of the stride, groups),
-// the linear_f32 form (one input channel, long kernel, dilation = row length) and Mimi's shapes.
+// the linear_f32 form (one input channel, long kernel, dilation = row length) and Mimi's shapes;
+// the last shapes carry enough work for the pool to split them across threads.
 TEST(CpuCodec, Conv1dSimdBitwiseEqualsScalar) {
   struct Shape {
     int64_t in, out, kernel, stride, dilation, groups, len;
@@ -74,7 +75,8 @@ TEST(CpuCodec, Conv1dSimdBitwiseEqualsScalar) {
       {48, 96, 7, 1, 1, 1, 8, true},          {48, 35, 7, 1, 1, 1, 9, true},
       {16, 32, 4, 2, 1, 2, 12, true},         {1, 2, 37, 1, 53, 1, 37 * 53, false},
       {1, 3, 40, 1, 70, 1, 40 * 70, false},   {12, 24, 3, 1, 2, 3, 70, true},
-      {10, 32, 3, 1, 1, 1, 9, true},          {10, 34, 3, 2, 2, 1, 15, false}};
+      {10, 32, 3, 1, 1, 1, 9, true},          {10, 34, 3, 2, 2, 1, 15, false},
+      {64, 64, 7, 1, 1, 1, 600, true},        {96, 64, 7, 1, 1, 1, 8, true}};
   std::mt19937 rng(kSeed + 10);
   for (const Shape& sh : shapes) {
     const int64_t ipg = sh.in / sh.groups;
@@ -107,7 +109,8 @@ TEST(CpuCodec, ConvTranspose1dSimdBitwiseEqualsScalar) {
       {16, 8, 16, 8, 1, 5, true},  {8, 8, 4, 2, 8, 9, false},   {4, 6, 3, 1, 1, 7, true},
       {12, 6, 6, 3, 3, 4, true},   {64, 32, 16, 8, 1, 3, true}, {32, 16, 12, 6, 1, 17, true},
       {16, 8, 10, 5, 1, 97, true}, {16, 8, 8, 4, 1, 81, false}, {24, 18, 7, 3, 3, 70, true},
-      {8, 5, 5, 5, 1, 40, true},   {16, 8, 8, 4, 2, 200, true}};
+      {8, 5, 5, 5, 1, 40, true},   {16, 8, 8, 4, 2, 200, true}, {64, 32, 8, 4, 1, 300, true},
+      {512, 64, 16, 8, 1, 3, true}};
   std::mt19937 rng(kSeed + 11);
   for (const Shape& sh : shapes) {
     const int64_t opg = sh.out / sh.groups, out_len = (sh.len - 1) * sh.stride + sh.kernel;

@@ -615,7 +615,9 @@ void CpuBackend::conv1d(const float* x, int64_t in_ch, int64_t len, const float*
                         int64_t dilation, int64_t groups, float* y, int64_t out_len) {
   const int64_t in_per_group = in_ch / groups, out_per_group = out_ch / groups;
   const int lanes = isa_ == Isa::Avx512 ? 16 : isa_ == Isa::Avx2 ? 8 : 0;
-  pool_.parallel_for(out_ch, 1, [&](int64_t o0, int64_t o1) {
+  // Work per output channel (thread_pool.h): its weights and multiply-adds.
+  const double conv_work = static_cast<double>(in_per_group * kernel) * (4.0 + out_len);
+  pool_.parallel_for(out_ch, 1, conv_work, [&](int64_t o0, int64_t o1) {
     // Runs of output channels inside one group.
     for (int64_t a = o0; a < o1;) {
       const int64_t g = a / out_per_group, e = std::min(o1, (g + 1) * out_per_group);
@@ -648,9 +650,10 @@ void CpuBackend::conv_transpose1d(const float* x, int64_t in_ch, int64_t len, co
   const int64_t in_per_group = in_ch / groups, out_per_group = out_ch / groups;
   const int64_t out_len = (len - 1) * stride + kernel;
   const int lanes = isa_ == Isa::Avx512 ? 16 : isa_ == Isa::Avx2 ? 8 : 0;
+  const double convt_work = static_cast<double>(in_per_group * kernel) * (4.0 + len);
   if (isa_ == Isa::Avx512 && len > 0 && len <= kShortMaxLen && out_len <= kShortMaxOut &&
       kernel <= 16 && out_per_group * in_per_group >= 16) {
-    pool_.parallel_for(out_ch, 1, [&](int64_t o0, int64_t o1) {
+    pool_.parallel_for(out_ch, 1, convt_work, [&](int64_t o0, int64_t o1) {
       for (int64_t a = o0; a < o1;) {
         const int64_t g = a / out_per_group, e = std::min(o1, (g + 1) * out_per_group);
         const int64_t og0 = g * out_per_group;
@@ -674,7 +677,7 @@ void CpuBackend::conv_transpose1d(const float* x, int64_t in_ch, int64_t len, co
       std::memcpy(padded.data() + c * xp_stride + (m_count - 1), x + c * len,
                   static_cast<size_t>(len) * sizeof(float));
     const float* xp = padded.data();
-    pool_.parallel_for(out_ch, 1, [&](int64_t o0, int64_t o1) {
+    pool_.parallel_for(out_ch, 1, convt_work, [&](int64_t o0, int64_t o1) {
       for (int64_t a = o0; a < o1;) {
         const int64_t g = a / out_per_group, e = std::min(o1, (g + 1) * out_per_group);
         const float* xg = xp + g * in_per_group * xp_stride;
@@ -691,7 +694,7 @@ void CpuBackend::conv_transpose1d(const float* x, int64_t in_ch, int64_t len, co
     });
     return;
   }
-  pool_.parallel_for(out_ch, 1, [&](int64_t o0, int64_t o1) {
+  pool_.parallel_for(out_ch, 1, convt_work, [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o) {
       const int64_t g = o / out_per_group, ol = o % out_per_group;
       float* yo = y + o * out_len;
