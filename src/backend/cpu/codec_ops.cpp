@@ -385,6 +385,7 @@ DRAMA_INLINE void elu_simd(const float* x, int64_t n, float alpha, float* y) {
 #define DRAMA_AVX512_INLINE \
   inline __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"), always_inline))
 constexpr int64_t kShortMaxLen = 8, kShortMaxOut = 64;
+constexpr int64_t kShortPrefetch = 8;  // channel blocks ahead
 #define DRAMA_AVX2_FN __attribute__((target("avx2,fma"), noinline))
 
 // conv_transpose1d with a short output row (out_len <= NV * 16: the first decoder upsampling of
@@ -415,6 +416,10 @@ DRAMA_AVX512_INLINE void convt_short_block(const float* xg, int64_t len, const f
     const float* wc = wg + (c * opg + ol) * kernel;
     __m512 row[OB];
     for (int ob = 0; ob < OB; ++ob) row[ob] = _mm512_maskz_loadu_ps(row_mask, wc + ob * kernel);
+    // The same input channel's rows a few channel blocks ahead (read by a later block).
+    for (int64_t p = 0; p < OB * kernel; p += 16)
+      _mm_prefetch(reinterpret_cast<const char*>(wc + kShortPrefetch * OB * kernel + p),
+                   _MM_HINT_T0);
     for (int64_t t = 0; t < len; ++t) {
       const __m512 xb = _mm512_set1_ps(xg[c * len + t]);
       for (int nv = 0; nv < NV; ++nv) {
