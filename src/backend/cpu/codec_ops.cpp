@@ -11,17 +11,23 @@
 // - conv1d, stride 1, out_len >= lanes: lanes over output steps, tiles of 4 (or 2, 1) output
 //   channels x 4 (or 8) vectors; ragged ends by the scalar loop (same order).
 // - conv1d, out_len < lanes (the per-frame first decoder conv: 2 steps): lanes over output
-//   channels (weights gathered per tap), any stride.
-// - conv_transpose1d: polyphase, lanes over q for the outputs u = q * stride + r of one phase r:
-//   y[u] = b + sum_c sum_{m = M-1 .. 0} x[c][q - m] w[c][o][r + m * stride] (t = q - m ascending);
-//   the input is copied once per call into a zero-padded buffer and lanes whose t is outside the
-//   input skip the term by a select (exactly as the scalar loop, which never adds it).
+//   channels, any stride; AVX-512 transposes 16 x 16 weight blocks in registers, AVX2 gathers.
+// - conv_transpose1d with a short output (the first decoder upsampling: 3 inputs, 32 outputs),
+//   AVX-512 only: lanes over output steps, the weight row permuted into place per input step.
+// - conv_transpose1d otherwise: polyphase, lanes over q for the outputs u = q * stride + r of one
+//   phase r: y[u] = b + sum_c sum_{m = M-1 .. 0} x[c][q - m] w[c][o][r + m * stride] (t = q - m
+//   ascending); the input is copied once per call into a zero-padded buffer and lanes whose t is
+//   outside the input skip the term by a select (exactly as the scalar loop, which never adds it).
+// ELU: float64 expm1 on lanes, within the contract's bound but not bitwise equal to std::expm1.
 // The SIMD helpers below pass vectors only between always-inline functions inside
 // target-attributed ones, so GCC's note that such arguments change the ABI does not apply.
 // GCC 12's AVX-512 headers use _mm512_undefined_*() placeholders that trip -Wuninitialized when
 // inlined into target-attributed functions (as in linear_avx512.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
-#if !defined(__clang__)
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wunknown-warning-option"
+#pragma clang diagnostic ignored "-Wpsabi"
+#else
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
