@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "cli/bench.h"
 #include "cli/commands.h"
 #include "cli/weights_options.h"
@@ -121,6 +123,12 @@ int run_decode(const DecodeOptions& o) {
   if (t.frames == 0) throw Error("bench decode: no frame was generated");
   const double frame_s = (t.backbone_s + t.tower_s) / t.frames;
   const double bytes = static_cast<double>(t.decode_weight_bytes) / t.frames;
+  // Peak resident memory of loading and decoding, read before the bandwidth buffers (1 GiB)
+  // exist. It counts the checkpoint pages mapped and touched (file-backed, shared with the page
+  // cache) and the process's own allocations.
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const double decode_peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
   const nlohmann::json bw = measure_bandwidth(threads);
   const double eff = bytes / frame_s / 1e9;
   nlohmann::json j = {
@@ -140,6 +148,7 @@ int run_decode(const DecodeOptions& o) {
       {"effective_gb_s", eff},
       {"memory", bw},
       {"fraction_of_read_bandwidth", eff / bw["read_gb_s"].get<double>()},
+      {"decode_peak_rss_mib", decode_peak_rss_mib},
       {"note",
        "weight bytes = every linear call's weight once (paired: one read for both rows; "
        "separate: one per branch); experts counted only when routed; prefill excluded"}};
