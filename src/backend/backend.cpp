@@ -39,6 +39,8 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (kind == "cuda") throw Error("drama was built without the CUDA backend (--backend cuda).");
 #endif
   const int threads = options.threads > 0 ? options.threads : available_cores();
+  if (options.min_split_work >= 0)
+    return std::make_unique<cpu::CpuBackend>(threads, cpu::select_isa(), options.min_split_work);
   return std::make_unique<cpu::CpuBackend>(threads, cpu::select_isa());
 }
 

@@ -67,8 +67,8 @@ class Backend {
 
   // --- transformer pieces ---
   // out[r, :] = sum over ids of table rows (bf16 [*, dim]); ids is [rows, ids_per_row].
-  virtual void embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids,
-                         int64_t rows, int64_t ids_per_row, float* out) = 0;
+  virtual void embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids, int64_t rows,
+                         int64_t ids_per_row, float* out) = 0;
   // y[r, :] = x[r, :] / sqrt(mean(x^2) + eps) * w   (w bf16 [dim]); y may equal x.
   virtual void rms_norm(const float* x, const uint16_t* w_bf16, int64_t rows, int64_t dim,
                         float eps, float* y) = 0;
@@ -94,12 +94,11 @@ class Backend {
   // original id order), top-k (ties to the lower original id), renormalised if norm_topk.
   // Writes expert_index [rows, k] (stored index s, in rank order) and weight [rows, k].
   virtual void route_topk(const float* logits, int64_t rows, int64_t logit_stride,
-                          const int32_t* logit_column, const int32_t* original_id,
-                          int64_t n_stored, int64_t k, bool norm_topk, int32_t* expert_index,
-                          float* weight) = 0;
+                          const int32_t* logit_column, const int32_t* original_id, int64_t n_stored,
+                          int64_t k, bool norm_topk, int32_t* expert_index, float* weight) = 0;
   // y[r, :] += sum_j weight[r, j] * expert_out[r, j, :], j in rank order 0..k-1.
-  virtual void expert_combine(const float* expert_out, const float* weight, int64_t rows,
-                              int64_t k, int64_t dim, float* y) = 0;
+  virtual void expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                              int64_t dim, float* y) = 0;
 
   // --- guidance and sampling (spec section 6) ---
   // out = uncond + gamma * (cond - uncond), in float32, over n.
@@ -117,19 +116,19 @@ class Backend {
   // [out_ch, in_ch/groups, kernel] float32, optional bias [out_ch]:
   // y[o, t] = b[o] + sum_{c,j} w[o, c, j] * x[g*in_per_group + c, t*stride + j*dilation],
   // t < out_len. y is [out_ch, out_len].
-  virtual void conv1d(const float* x, int64_t in_ch, int64_t len, const float* w,
-                      const float* bias, int64_t out_ch, int64_t kernel, int64_t stride,
-                      int64_t dilation, int64_t groups, float* y, int64_t out_len) = 0;
+  virtual void conv1d(const float* x, int64_t in_ch, int64_t len, const float* w, const float* bias,
+                      int64_t out_ch, int64_t kernel, int64_t stride, int64_t dilation,
+                      int64_t groups, float* y, int64_t out_len) = 0;
   // Transposed 1-D convolution, weight [in_ch, out_ch/groups, kernel]; full output
   // y [out_ch, (len - 1) * stride + kernel] (the caller trims).
   virtual void conv_transpose1d(const float* x, int64_t in_ch, int64_t len, const float* w,
-                                const float* bias, int64_t out_ch, int64_t kernel,
-                                int64_t stride, int64_t groups, float* y) = 0;
+                                const float* bias, int64_t out_ch, int64_t kernel, int64_t stride,
+                                int64_t groups, float* y) = 0;
   virtual void elu(const float* x, int64_t n, float alpha, float* y) = 0;
   virtual void gelu(const float* x, int64_t n, float* y) = 0;  // exact (erf) GELU
   // LayerNorm over the last dim with float32 weight and bias.
-  virtual void layer_norm(const float* x, const float* w, const float* b, int64_t rows,
-                          int64_t dim, float eps, float* y) = 0;
+  virtual void layer_norm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim,
+                          float eps, float* y) = 0;
   // y[r, :] = x[r, :] * scale[:]  (layer scale), dim-wise.
   virtual void scale_rows(const float* x, const float* scale, int64_t rows, int64_t dim,
                           float* y) = 0;
@@ -144,6 +143,9 @@ class Backend {
 struct BackendOptions {
   std::string kind = "auto";  // auto | cpu | cuda
   int threads = 0;            // 0 = all cores
+  // CPU: work per extra thread before a loop is split across threads (< 0: the default; 0: split
+  // every loop, for tests of thread invariance).
+  double min_split_work = -1;
 };
 
 // Creates a backend; "auto" picks CUDA when built with it and a GPU is present, else CPU. An

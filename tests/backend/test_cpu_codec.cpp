@@ -16,7 +16,7 @@ TEST(CpuCodec, Conv1dGroupsStrideDilation) {
   auto b = random_floats(rng, out_ch);
   for (int threads : {1, 3}) {
     std::vector<float> y(out_ch * out_len, NAN);
-    cpu::CpuBackend(threads, cpu::Isa::Scalar)
+    cpu::CpuBackend(threads, cpu::Isa::Scalar, 0.0)
         .conv1d(x.data(), in_ch, len, w.data(), b.data(), out_ch, kernel, stride, dilation, groups,
                 y.data(), out_len);
     for (int64_t o = 0; o < out_ch; ++o)
@@ -90,7 +90,7 @@ TEST(CpuCodec, Conv1dSimdBitwiseEqualsScalar) {
     for (cpu::Isa isa : supported_isas())
       for (int threads : {1, 2, 3}) {
         std::vector<float> y(ref.size(), NAN);
-        cpu::CpuBackend(threads, isa)
+        cpu::CpuBackend(threads, isa, 0.0)
             .conv1d(x.data(), sh.in, sh.len, w.data(), sh.bias ? b.data() : nullptr, sh.out,
                     sh.kernel, sh.stride, sh.dilation, sh.groups, y.data(), out_len);
         ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), ref.size() * sizeof(float)))
@@ -123,7 +123,7 @@ TEST(CpuCodec, ConvTranspose1dSimdBitwiseEqualsScalar) {
     for (cpu::Isa isa : supported_isas())
       for (int threads : {1, 2, 3}) {
         std::vector<float> y(ref.size(), NAN);
-        cpu::CpuBackend(threads, isa)
+        cpu::CpuBackend(threads, isa, 0.0)
             .conv_transpose1d(x.data(), sh.in, sh.len, w.data(), sh.bias ? b.data() : nullptr,
                               sh.out, sh.kernel, sh.stride, sh.groups, y.data());
         ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), ref.size() * sizeof(float)))

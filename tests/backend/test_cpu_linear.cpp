@@ -38,7 +38,7 @@ void expect_accurate(const W& w, const std::vector<float>& x, int64_t rows,
 template <class W>
 void check_format(cpu::Isa isa, int threads) {
   std::mt19937 rng(kSeed);
-  cpu::CpuBackend be(threads, isa);
+  cpu::CpuBackend be(threads, isa, 0.0);
   for (auto [out, in] : kShapes) {
     W w(rng, out, in);
     const int64_t rows = 3;
@@ -72,7 +72,7 @@ void check_invariance(cpu::Isa isa) {
   for (int64_t r = 0; r < max_rows; ++r)
     one.linear(w.view, x.data() + r * in, 1, alone.data() + r * out);
   for (int threads : {1, 2, 3, 4}) {
-    cpu::CpuBackend be(threads, isa);
+    cpu::CpuBackend be(threads, isa, 0.0);
     for (int64_t rows = 1; rows <= max_rows; ++rows) {
       std::vector<float> y(rows * out, NAN);
       be.linear(w.view, x.data(), rows, y.data());

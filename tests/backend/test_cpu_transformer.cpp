@@ -30,7 +30,7 @@ TEST(CpuTransformer, RmsNormMatchesFloat64) {
   for (float f : random_floats(rng, dim, 0.5f, 1.5f)) w.push_back(f32_to_bf16(f));
   for (int threads : {1, 3}) {
     std::vector<float> y(rows * dim);
-    cpu::CpuBackend(threads, cpu::Isa::Scalar)
+    cpu::CpuBackend(threads, cpu::Isa::Scalar, 0.0)
         .rms_norm(x.data(), w.data(), rows, dim, 1e-6f, y.data());
     for (int64_t r = 0; r < rows; ++r) {
       double ss = 0.0;
@@ -86,7 +86,7 @@ TEST(CpuTransformer, AttentionWindowsAndGroups) {
     std::vector<float> first;
     for (int threads : {1, 2, 3, 4}) {
       std::vector<float> out(rows * nh * hd, NAN);
-      cpu::CpuBackend(threads, cpu::Isa::Scalar)
+      cpu::CpuBackend(threads, cpu::Isa::Scalar, 0.0)
           .attention(q.data(), rows, pos.data(), k.data(), v.data(), nh, nkv, hd, window,
                      out.data());
       if (first.empty()) first = out;

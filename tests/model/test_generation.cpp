@@ -22,7 +22,9 @@ using testing::make_checkpoint;
 
 struct Loaded {
   explicit Loaded(const std::filesystem::path& dir, int threads = 1)
-      : ckpt(dir), backend(make_backend({"cpu", threads})), model(ckpt, *backend) {}
+      // Every loop split across the threads (min_split_work 0): the tiny model's loops are far
+      // below the work at which a default backend would split, and the test is about the split.
+      : ckpt(dir), backend(make_backend({"cpu", threads, 0.0})), model(ckpt, *backend) {}
   Checkpoint ckpt;
   std::unique_ptr<Backend> backend;
   Drama3Model model;

@@ -34,7 +34,8 @@ constexpr int64_t kLinearGrain = 16;
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads, Isa isa) : isa_(isa), pool_(threads) {
+CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work)
+    : isa_(isa), pool_(threads, min_split_work) {
   if (!isa_supported(isa))
     throw Error("the CPU backend's " + std::string(isa_name(isa)) +
                 " path is not supported by this CPU.");

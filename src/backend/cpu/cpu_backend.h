@@ -16,7 +16,9 @@ namespace drama::cpu {
 class CpuBackend final : public Backend {
  public:
   // threads >= 1. The ISA is normally cpu::select_isa() (honours DRAMA_CPU_ISA).
-  CpuBackend(int threads, Isa isa);
+  // min_split_work: work per extra thread before a loop is split (ThreadPool); 0 splits every
+  // loop, which the thread-invariance tests and the contract's thread twins use.
+  CpuBackend(int threads, Isa isa, double min_split_work = ThreadPool::kMinWorkPerThread);
 
   Isa isa() const { return isa_; }
   int threads() const { return pool_.threads(); }

@@ -5,7 +5,8 @@
 
 namespace drama::cpu {
 
-ThreadPool::ThreadPool(int threads) : threads_(std::max(1, threads)) {
+ThreadPool::ThreadPool(int threads, double min_work_per_thread)
+    : threads_(std::max(1, threads)), min_work_(std::max(0.0, min_work_per_thread)) {
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
@@ -24,7 +25,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const Range& fn) {
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, double work_per_item, const Range& fn) {
   const double work = static_cast<double>(std::max<int64_t>(n, 0)) * work_per_item;
-  const double parts = std::floor(work / kMinWorkPerThread);
+  const double parts = min_work_ > 0 ? std::floor(work / min_work_) : double(threads_);
   run(n, grain, parts < 1 ? 1 : parts > threads_ ? threads_ : static_cast<int64_t>(parts), fn);
 }
 

@@ -15,7 +15,10 @@ namespace drama::cpu {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads >= 1; 1 runs everything inline
+  // threads >= 1; 1 runs everything inline. min_work_per_thread: see the work overload of
+  // parallel_for (0 splits every loop as far as its grain allows, which tests use to exercise the
+  // split).
+  explicit ThreadPool(int threads, double min_work_per_thread = kMinWorkPerThread);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -27,11 +30,14 @@ class ThreadPool {
   // several host threads are serialised.
   using Range = std::function<void(int64_t begin, int64_t end)>;
   void parallel_for(int64_t n, int64_t grain, const Range& fn);
-  // The same, but uses a worker only for each kMinWorkPerThread units of work (work_per_item
-  // units per item, about the bytes an item touches): waking a sleeping worker costs about 28 us
-  // on the 2-vCPU VMs (measured: an empty two-thread parallel_for), the time to stream 0.5-1 MB,
-  // so smaller loops run inline on the caller. The split never changes a result.
-  static constexpr double kMinWorkPerThread = 1 << 20;
+  // The same, but uses a worker only for each min_work_per_thread (default kMinWorkPerThread)
+  // units of work (work_per_item
+  // units per item, about the bytes an item touches): waking a sleeping worker costs 28 us on the
+  // 2-vCPU VMs when calls come back to back (measured: an empty two-thread parallel_for) and more
+  // after a longer sleep, so smaller loops run inline on the caller. 4 MiB: with 1 MiB the
+  // cpu-bench decode at 2 threads took 36.4 ms/frame, with 4 MiB 33.8, never splitting 34.1-34.6
+  // (and 1 thread 27.3). The split never changes a result.
+  static constexpr double kMinWorkPerThread = 1 << 22;
   void parallel_for(int64_t n, int64_t grain, double work_per_item, const Range& fn);
 
  private:
@@ -40,6 +46,7 @@ class ThreadPool {
   void run(int64_t n, int64_t grain, int64_t max_parts, const Range& fn);
 
   int threads_;
+  double min_work_;
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
   std::mutex mutex_;
