@@ -110,8 +110,8 @@ DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string
     const size_t n = std::strlen(magic);
     return bytes.size() >= at + n && std::memcmp(bytes.data() + at, magic, n) == 0;
   };
-  const bool riff = (starts(0, "RIFF") || starts(0, "RIFX") || starts(0, "RF64")) &&
-                    starts(8, "WAVE");
+  const bool riff =
+      (starts(0, "RIFF") || starts(0, "RIFX") || starts(0, "RF64")) && starts(8, "WAVE");
   if (!riff && !starts(0, "fLaC"))
     throw Error(label + ": not a WAV or FLAC file (audio inputs are WAV or FLAC).");
   MemoryFile file;
@@ -137,11 +137,10 @@ DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string
     throw Error(label + ": unsupported sample rate " + std::to_string(info.samplerate) + ".");
   if (info.frames < 0 || info.frames > kMaxSeconds * info.samplerate ||
       info.frames > kMaxSamples / info.channels)
-    throw Error(label + ": the audio is too long (" + std::to_string(info.frames) +
-                " frames at " + std::to_string(info.samplerate) + " Hz, " +
-                std::to_string(info.channels) + " channels; the limit is " +
-                std::to_string(kMaxSeconds) + " s and " + std::to_string(kMaxSamples) +
-                " samples).");
+    throw Error(label + ": the audio is too long (" + std::to_string(info.frames) + " frames at " +
+                std::to_string(info.samplerate) + " Hz, " + std::to_string(info.channels) +
+                " channels; the limit is " + std::to_string(kMaxSeconds) + " s and " +
+                std::to_string(kMaxSamples) + " samples).");
   if (wav_data_truncated(sf))
     throw Error(label +
                 ": the audio data is truncated (the file is shorter than its header says).");
@@ -153,8 +152,7 @@ DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string
   while (got < info.frames) {
     const sf_count_t want = std::min(kReadChunkFrames, info.frames - got);
     interleaved.resize(static_cast<size_t>((got + want) * info.channels));
-    const sf_count_t n =
-        sf_readf_float(sf, interleaved.data() + got * info.channels, want);
+    const sf_count_t n = sf_readf_float(sf, interleaved.data() + got * info.channels, want);
     if (n <= 0) break;
     got += n;
   }
