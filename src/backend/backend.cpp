@@ -15,15 +15,11 @@ bool cuda_device_present();
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 #endif
 
-namespace {
-
 int available_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
 }
-
-}  // namespace
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   if (options.threads < 0)

@@ -140,6 +140,9 @@ class Backend {
                          int64_t n, int32_t* codes) = 0;
 };
 
+// Cores in the process's affinity mask (what threads = 0 means).
+int available_cores();
+
 struct BackendOptions {
   std::string kind = "auto";  // auto | cpu | cuda
   int threads = 0;            // 0 = all cores

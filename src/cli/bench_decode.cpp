@@ -91,7 +91,7 @@ int run_decode(const DecodeOptions& o) {
   auto backend = make_backend(o.weights.backend);
   Drama3Model model(ckpt, *backend);
   int threads = o.weights.backend.threads;
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 0) threads = available_cores();
 
   // A reference voice of random codes: guidance runs both branches for paired/separate.
   Voice voice;

@@ -82,14 +82,6 @@ json voice_json(const VoiceInfo& v) {
           {"created", v.created}};
 }
 
-// Uploaded reference audio (WAV or FLAC, any rate and channel count) as mono at `rate`, through
-// the same reader as every other audio input (src/audio): throws drama::Error naming `label`.
-std::vector<float> decode_upload(std::span<const uint8_t> bytes, int64_t rate,
-                                 const std::string& label) {
-  const DecodedAudio a = read_audio_memory(bytes, label);
-  return resample_audio(a.mono, a.sample_rate, rate);
-}
-
 // Generation bookkeeping shared by the whole and streamed paths.
 struct Generation {
   SpeechRequest request;
@@ -290,7 +282,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
     if (!bytes)
       throw ApiError(400, "invalid_base64", "'ref_audio' is not valid base64", "ref_audio");
     try {
-      ref_pcm = decode_upload(*bytes, engine_.sample_rate(), "'ref_audio'");
+      ref_pcm = load_audio_at_rate(*bytes, "'ref_audio'", engine_.sample_rate());
     } catch (const Error& e) {
       throw ApiError(400, "invalid_audio", e.what(), "ref_audio");
     }
@@ -481,8 +473,8 @@ void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Respon
 
   std::vector<float> pcm;
   try {
-    pcm = decode_upload({reinterpret_cast<const uint8_t*>(audio.data()), audio.size()},
-                        engine_.sample_rate(), "'audio_sample'");
+    pcm = load_audio_at_rate({reinterpret_cast<const uint8_t*>(audio.data()), audio.size()},
+                             "'audio_sample'", engine_.sample_rate());
   } catch (const Error& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }
