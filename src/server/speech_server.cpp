@@ -15,6 +15,7 @@
 #include "audio/audio_io.h"
 #include "server/api_error.h"
 #include "server/base64.h"
+#include "server/connection_watch.h"
 #include "server/request_log.h"
 #include "server/speech_request.h"
 #include "util/error.h"
@@ -91,6 +92,9 @@ struct Generation {
   std::unique_ptr<Admission::Slot> slot;
   int64_t sample_rate = 24000;
   size_t input_bytes = 0;
+  std::optional<ConnectionWatch> connection;
+  // Polled after every frame: a client that hung up stops the generation before the next one.
+  bool client_gone() const { return connection && connection->peer_closed(); }
 };
 
 }  // namespace
@@ -258,6 +262,8 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
   gen->stream = f.stream;
   gen->sample_rate = engine_.sample_rate();
   gen->input_bytes = f.input.size();
+  gen->connection =
+      ConnectionWatch::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   if (f.voice_id) {
     if (!voices_)
       throw ApiError(404, "voice_not_found",
@@ -334,11 +340,15 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
         gen->request,
         [&](std::span<const float> frame) {
           pcm.insert(pcm.end(), frame.begin(), frame.end());
-          return true;
+          return !gen->client_gone();
         },
         cancel);
     gen->slot.reset();
     finish(r, gen->sample_rate);
+    if (r.cancelled && gen->client_gone()) {
+      res.status = 499;  // client closed the request (nginx's code); nobody reads this reply
+      return;
+    }
     if (r.cancelled) throw ApiError(503, "shutting_down", "the server is shutting down");
     const std::vector<uint8_t> body = encode_audio(pcm, gen->sample_rate, f.format);
     res.status = 200;
@@ -359,7 +369,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
         std::vector<uint8_t> pending;
         if (gen->format == AudioFormat::Wav) pending = streaming_wav_header(gen->sample_rate);
         auto emit = [&](const std::vector<uint8_t>& bytes) {
-          if (!sink.is_writable()) return false;
+          if (gen->client_gone() || !sink.is_writable()) return false;
           if (sse) {
             json ev = {{"type", "speech.audio.delta"}, {"audio", base64_encode(bytes)}};
             std::string line = "data: " + ev.dump() + "\n\n";
