@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "util/error.h"
@@ -31,43 +32,75 @@ std::string in_quotes(std::string_view s) {
   return "'" + std::string(s) + "'";
 }
 
-// Parses JSON and refuses duplicate keys in any object: nlohmann would silently keep one of them,
-// and which tensor a reader sees must not depend on the parser.
-json parse_json_unique_keys(std::string_view text, const std::string& label) {
-  std::vector<std::set<std::string>> open;  // keys seen in each enclosing object
-  std::string duplicate;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (static_cast<size_t>(depth) > kMaxJsonDepth)
-      throw Error(label + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    switch (event) {
-      case json::parse_event_t::object_start:
-        open.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!open.empty()) open.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!open.empty() && parsed.is_string() &&
-            !open.back().insert(parsed.get<std::string>()).second && duplicate.empty())
-          duplicate = parsed.get<std::string>();
-        break;
-      default:
-        break;
+// Checks a JSON text before it is parsed into a value: refuses duplicate keys in any object
+// (nlohmann would silently keep one of them, and which tensor a reader sees must not depend on the
+// parser) and nesting deeper than kMaxJsonDepth. A SAX pass, linear in the text: nlohmann's
+// callback parser rescans the enclosing object at every object's end, which made a header of
+// 60000 tensors take 31 s to parse.
+class UniqueKeyChecker : public nlohmann::json_sax<json> {
+ public:
+  explicit UniqueKeyChecker(const std::string& label) : label_(label) {}
+
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_.emplace_back(std::in_place);
+    return enter();
+  }
+  bool key(string_t& k) override {
+    if (!open_.back().has_value()) return true;
+    if (!open_.back()->insert(k).second) {
+      error_ = label_ + ": duplicate key " + in_quotes(k);
+      return false;
     }
     return true;
-  };
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    open_.emplace_back(std::nullopt);  // arrays have no keys
+    return enter();
+  }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    error_ = label_ + ": invalid JSON (" + e.what() + ")";
+    return false;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool enter() {
+    if (open_.size() <= kMaxJsonDepth) return true;
+    error_ = label_ + ": JSON nests deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+    return false;
+  }
+  const std::string& label_;
+  std::vector<std::optional<std::set<std::string>>> open_;  // keys seen per enclosing object
+  std::string error_;
+};
+
+json parse_json_unique_keys(std::string_view text, const std::string& label) {
   // nlohmann's lexer takes a NUL byte for the end of input and would ignore whatever follows it;
   // JSON never contains a raw NUL, so refuse it instead of parsing a prefix.
   if (text.find('\0') != std::string_view::npos)
     throw Error(label + ": invalid JSON (it contains a NUL byte)");
-  json j;
+  UniqueKeyChecker checker(label);
+  if (!json::sax_parse(text.begin(), text.end(), &checker)) throw Error(checker.error());
   try {
-    j = json::parse(text.begin(), text.end(), callback);
+    return json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     throw Error(label + ": invalid JSON (" + e.what() + ")");
   }
-  if (!duplicate.empty()) throw Error(label + ": duplicate key " + in_quotes(duplicate));
-  return j;
 }
 
 uint64_t read_le64(const uint8_t* p) {
