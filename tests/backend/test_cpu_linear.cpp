@@ -111,6 +111,45 @@ TEST(CpuLinear, SimdPathsCloseToScalar) {
 }
 
 // A NaN block scale (e4m3 0x7f) poisons exactly the outputs of its column in every path.
+// The AVX-512 NVFP4 path's prepared activations follow the layout documented in
+// linear_avx512.cpp word for word: chunk c of 64 inputs is [even hi, even lo, odd hi, odd lo],
+// 32 words each, word w of the even (odd) vectors holding input 64c + 2w (+1), hi =
+// f32_to_bf16(x), lo = f32_to_bf16(x - hi), zeros past the row's end. Special values included.
+TEST(CpuLinear, Avx512PreparedActivationsMatchTheirDefinition) {
+  if (!cpu::isa_supported(cpu::Isa::Avx512) || !cpu::nvfp4_avx512_supported())
+    GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  std::mt19937 rng(kSeed);
+  const float specials[] = {0.0f,      -0.0f,         1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-8f,
+                            0x1p-130f, -0x1.8p-140f,  INFINITY,         -INFINITY,
+                            NAN,       3.4028235e38f, -1.0000001f,      65535.0f};
+  for (int64_t in : {16, 48, 64, 80, 1040}) {
+    const int64_t rows = 3;
+    auto x = random_floats(rng, rows * in);
+    for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i)
+      x[i * 7 % x.size()] = specials[i];
+    const int64_t stride = 2 * cpu::nvfp4_prepared_floats_avx512(in);  // words per row
+    std::vector<float> prepared(rows * stride / 2 + 1, NAN);
+    cpu::nvfp4_prepare_x_avx512(x.data(), rows, in, prepared.data());
+    std::vector<uint16_t> words(rows * stride);
+    std::memcpy(words.data(), prepared.data(), words.size() * sizeof(uint16_t));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < stride / 128; ++c)
+        for (int64_t w = 0; w < 32; ++w)
+          for (int odd = 0; odd < 2; ++odd) {
+            const int64_t i = 64 * c + 2 * w + odd;
+            uint16_t hi = 0, lo = 0;
+            if (i < in) {
+              const float v = x[r * in + i];
+              hi = f32_to_bf16(v);
+              lo = f32_to_bf16(v - bf16_to_f32(hi));
+            }
+            const uint16_t* vec = words.data() + r * stride + c * 128 + odd * 64;
+            ASSERT_EQ(vec[w], hi) << "in=" << in << " row " << r << " input " << i;
+            ASSERT_EQ(vec[32 + w], lo) << "in=" << in << " row " << r << " input " << i;
+          }
+  }
+}
+
 TEST(CpuLinear, Nvfp4NanScalePropagates) {
   std::mt19937 rng(kSeed + 3);
   const int64_t out = 6, in = 64;

@@ -234,23 +234,61 @@ int64_t nvfp4_prepared_floats_avx512(int64_t in) {
   return (in + kChunk - 1) / kChunk * kChunk;  // 2 words (hi, lo) per input
 }
 
+// f32_to_bf16 (round to nearest even, NaN kept quiet) on 16 lanes, the result in each lane's low
+// 16 bits: the same integer steps as the scalar helper, so the bits are identical (vcvtneps2bf16
+// would flush denormal inputs to zero).
+DRAMA_AVX512_BF16 inline __m512i bf16_bits(__m512 f) {
+  const __m512i u = _mm512_castps_si512(f);
+  const __m512i high = _mm512_srli_epi32(u, 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i bias =
+      _mm512_add_epi32(_mm512_and_si512(high, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
+}
+
 // Chunk c of a row is 4 vectors of 32 words: even-input hi, even-input lo, odd-input hi, odd-input
 // lo. Word 2i + e of an even vector holds input 64c + 4i + 2e, of an odd vector 64c + 4i + 2e + 1:
-// the inputs of code bytes 2i and 2i+1, matching vpermw's word order and vdpbf16ps's pairs.
-void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp_floats) {
+// the inputs of code bytes 2i and 2i+1, matching vpermw's word order and vdpbf16ps's pairs. So
+// word w of an even vector is input 64c + 2w, of an odd one 64c + 2w + 1; inputs past `in` are 0.
+DRAMA_AVX512_BF16 void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in,
+                                              float* xp_floats) {
   const int64_t stride = 2 * nvfp4_prepared_floats_avx512(in);  // in words
   auto* xp = reinterpret_cast<uint16_t*>(xp_floats);
+  __m512i even_idx, odd_idx;  // word 2w (2w + 1) of the 64 words of two vectors
+  {
+    alignas(64) uint16_t e[32], o[32];
+    for (int w = 0; w < 32; ++w) {
+      e[w] = static_cast<uint16_t>(2 * w);
+      o[w] = static_cast<uint16_t>(2 * w + 1);
+    }
+    even_idx = _mm512_load_si512(e);
+    odd_idx = _mm512_load_si512(o);
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * in;
     uint16_t* d = xp + r * stride;
-    std::memset(d, 0, sizeof(uint16_t) * stride);
-    for (int64_t i = 0; i < in; ++i) {
-      const uint16_t hi = f32_to_bf16(xr[i]);
-      const uint16_t lo = f32_to_bf16(xr[i] - bf16_to_f32(hi));
-      const int64_t c = i / kChunk, j = i % kChunk, pair = j / 4, e = (j % 4) / 2, odd = j % 2;
-      uint16_t* v = d + c * 128 + odd * 64 + 2 * pair + e;
-      v[0] = hi;
-      v[32] = lo;
+    for (int64_t c = 0; c * kChunk < in; ++c) {
+      __m256i hi[4], lo[4];
+      for (int v = 0; v < 4; ++v) {
+        const int64_t first = c * kChunk + 16 * v;
+        const int64_t n = std::clamp<int64_t>(in - first, 0, 16);
+        const __m512 f = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xr + first);
+        const __m512i h = bf16_bits(f);
+        const __m512 rest = _mm512_sub_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+        hi[v] = _mm512_cvtepi32_epi16(h);
+        lo[v] = _mm512_cvtepi32_epi16(bf16_bits(rest));
+      }
+      const __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(hi[0]), hi[1], 1);
+      const __m512i h23 = _mm512_inserti64x4(_mm512_castsi256_si512(hi[2]), hi[3], 1);
+      const __m512i l01 = _mm512_inserti64x4(_mm512_castsi256_si512(lo[0]), lo[1], 1);
+      const __m512i l23 = _mm512_inserti64x4(_mm512_castsi256_si512(lo[2]), lo[3], 1);
+      uint16_t* v = d + c * 128;
+      _mm512_storeu_si512(v, _mm512_permutex2var_epi16(h01, even_idx, h23));
+      _mm512_storeu_si512(v + 32, _mm512_permutex2var_epi16(l01, even_idx, l23));
+      _mm512_storeu_si512(v + 64, _mm512_permutex2var_epi16(h01, odd_idx, h23));
+      _mm512_storeu_si512(v + 96, _mm512_permutex2var_epi16(l01, odd_idx, l23));
     }
   }
 }
