@@ -55,6 +55,41 @@ DRAMA_AVX512_BF16 inline __m512 e4m3_to_ps(__m128i bytes) {
   return _mm512_mask_mov_ps(r, nan, _mm512_set1_ps(__builtin_nanf("")));
 }
 
+// Lane sums of four accumulators at once, in one fixed order per accumulator: the four 128-bit
+// quarters as (q0 + q2) + (q1 + q3), then within the quarter (l0 + l1) + (l2 + l3). Lane k < 4 of
+// the result is the sum of a[k]. A tile of one column passes its accumulator four times, so a
+// column's bits never depend on the tile (and so the thread split) it lands in. Cheaper than four
+// horizontal reductions, which cost short columns (expert projections) up to 12% of their time.
+DRAMA_AVX512 inline __m128 sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m512 s01 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+  const __m512 s23 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+  // Quarter k of q holds a[k]'s (q0 + q2) + (q1 + q3), lane by lane.
+  const __m512 q =
+      _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xdd));
+  const __m512 pairs = _mm512_add_ps(q, _mm512_permute_ps(q, 0xb1));          // l0+l1, l2+l3
+  const __m512 total = _mm512_add_ps(pairs, _mm512_permute_ps(pairs, 0x4e));  // lane 0 of each
+  return _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, total));
+}
+
+// y[row i, columns o .. o+T) = lane sums of acc[t][i] (times `scale`), T = 4 or 1.
+template <int T, int R>
+DRAMA_AVX512 inline void store_sums(const __m512 (&acc)[T][R], float scale, float* y, int64_t r,
+                                    int64_t out, int64_t o) {
+  static_assert(T == 4 || T == 1);
+  for (int i = 0; i < R; ++i) {
+    const __m512 a0 = acc[0][i], a1 = acc[T == 4 ? 1 : 0][i], a2 = acc[T == 4 ? 2 : 0][i],
+                 a3 = acc[T == 4 ? 3 : 0][i];
+    const __m128 v = _mm_mul_ps(sum_lanes4(a0, a1, a2, a3), _mm_set1_ps(scale));
+    float* dst = y + (r + i) * out + o;
+    if constexpr (T == 4)
+      _mm_storeu_ps(dst, v);
+    else
+      *dst = _mm_cvtss_f32(v);
+  }
+}
+
 // Lane i of chunk q's scale vector is block 4q + i/4 of the 16 in `scales`.
 DRAMA_AVX512_BF16 inline __m512 chunk_scales(__m512 scales, int q) {
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -155,9 +190,7 @@ DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int
       nvfp4_chunk<T, R>(cq, scq, xq, table, acc);
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < R; ++i)
-      y[(r + i) * w.out + o + t] = _mm512_reduce_add_ps(acc[t][i]) * w.scale2;
+  store_sums<T, R>(acc, w.scale2, y, r, w.out, o);
 }
 
 template <int T>
@@ -212,8 +245,7 @@ DRAMA_AVX512 void bf16_tile(const LinearWeight& w, const float* x, int64_t o, in
       for (int i = 0; i < R; ++i) acc[t][i] = _mm512_fmadd_ps(wv, xv[i], acc[t][i]);
     }
   }
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = _mm512_reduce_add_ps(acc[t][i]);
+  store_sums<T, R>(acc, 1.0f, y, r, w.out, o);
 }
 
 template <int T>
