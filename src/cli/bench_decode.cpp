@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -53,40 +54,62 @@ double timed_parallel(int threads, size_t n, F fn) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-nlohmann::json measure_bandwidth(int threads) {
-  const size_t bytes = size_t{512} << 20;
-  auto* a = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
-  auto* b = static_cast<uint64_t*>(std::aligned_alloc(64, bytes));
-  if (!a || !b) throw Error("bench decode: cannot allocate the bandwidth buffers");
-  const size_t n = bytes / 8;
-  timed_parallel(threads, n, [&](size_t s, size_t e) {
-    for (size_t i = s; i < e; ++i) a[i] = i, b[i] = 0;
-  });
-  std::vector<uint64_t> sums(threads * 8);
-  double best_read = 1e30, best_copy = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    best_read = std::min(best_read, timed_parallel(threads, n, [&](size_t s, size_t e) {
-                           uint64_t x0 = 0, x1 = 0, x2 = 0, x3 = 0;
-                           for (size_t i = s; i + 4 <= e; i += 4)
-                             x0 += a[i], x1 += a[i + 1], x2 += a[i + 2], x3 += a[i + 3];
-                           sums[(s / std::max<size_t>(1, (n / threads))) % sums.size()] +=
-                               x0 ^ x1 ^ x2 ^ x3;
-                         }));
-    best_copy = std::min(best_copy, timed_parallel(threads, n, [&](size_t s, size_t e) {
-                           std::memcpy(b + s, a + s, (e - s) * 8);
-                         }));
+// Read and copy bandwidth over two buffers far larger than the caches, allocated and touched
+// once and reused by every sample (so samples do not pay 1 GiB of page faults each).
+class BandwidthProbe {
+ public:
+  explicit BandwidthProbe(int threads) : threads_(threads) {
+    a_ = static_cast<uint64_t*>(std::aligned_alloc(64, kBytes));
+    b_ = static_cast<uint64_t*>(std::aligned_alloc(64, kBytes));
+    if (!a_ || !b_) throw Error("bench decode: cannot allocate the bandwidth buffers");
+    uint64_t* a = a_;
+    uint64_t* b = b_;
+    timed_parallel(threads_, kBytes / 8, [a, b](size_t s, size_t e) {
+      for (size_t i = s; i < e; ++i) a[i] = i, b[i] = 0;
+    });
   }
-  uint64_t keep = 0;
-  for (uint64_t s : sums) keep ^= s;
-  std::free(a);
-  std::free(b);
-  return {{"buffer_mib", bytes >> 20},
-          {"threads", threads},
-          {"read_gb_s", bytes / best_read / 1e9},
-          {"copy_gb_s", bytes / best_copy / 1e9},
-          {"checksum", keep & 1},
-          {"note", "best of 5; copy counts bytes copied (each read once and written once)"}};
-}
+  ~BandwidthProbe() {
+    std::free(a_);
+    std::free(b_);
+  }
+  BandwidthProbe(const BandwidthProbe&) = delete;
+  BandwidthProbe& operator=(const BandwidthProbe&) = delete;
+
+  nlohmann::json measure() const {
+    const size_t bytes = kBytes, n = bytes / 8;
+    const int threads = threads_;
+    const uint64_t* a = a_;
+    uint64_t* b = b_;
+    std::vector<uint64_t> sums(threads * 8);
+    double best_read = 1e30, best_copy = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      best_read = std::min(best_read, timed_parallel(threads, n, [&](size_t s, size_t e) {
+                             uint64_t x0 = 0, x1 = 0, x2 = 0, x3 = 0;
+                             for (size_t i = s; i + 4 <= e; i += 4)
+                               x0 += a[i], x1 += a[i + 1], x2 += a[i + 2], x3 += a[i + 3];
+                             sums[(s / std::max<size_t>(1, (n / threads))) % sums.size()] +=
+                                 x0 ^ x1 ^ x2 ^ x3;
+                           }));
+      best_copy = std::min(best_copy, timed_parallel(threads, n, [&](size_t s, size_t e) {
+                             std::memcpy(b + s, a + s, (e - s) * 8);
+                           }));
+    }
+    uint64_t keep = 0;
+    for (uint64_t s : sums) keep ^= s;
+    return {{"buffer_mib", bytes >> 20},
+            {"threads", threads},
+            {"read_gb_s", bytes / best_read / 1e9},
+            {"copy_gb_s", bytes / best_copy / 1e9},
+            {"checksum", keep & 1},
+            {"note", "best of 5; copy counts bytes copied (each read once and written once)"}};
+  }
+
+ private:
+  static constexpr size_t kBytes = size_t{512} << 20;
+  int threads_;
+  uint64_t* a_ = nullptr;
+  uint64_t* b_ = nullptr;
+};
 
 int run_decode(const DecodeOptions& o) {
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
@@ -134,6 +157,7 @@ int run_decode(const DecodeOptions& o) {
   };
   std::vector<Sample> samples;
   double decode_peak_rss_mib = 0;
+  std::unique_ptr<BandwidthProbe> probe;
   for (int rep = 0; rep < o.repeats; ++rep) {
     Sample sm;
     sm.t = decode_pass();
@@ -144,8 +168,9 @@ int run_decode(const DecodeOptions& o) {
       rusage usage{};
       getrusage(RUSAGE_SELF, &usage);
       decode_peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
+      probe = std::make_unique<BandwidthProbe>(threads);
     }
-    sm.bw = measure_bandwidth(threads);
+    sm.bw = probe->measure();
     sm.frame_s = (sm.t.backbone_s + sm.t.tower_s) / sm.t.frames;
     sm.eff = static_cast<double>(sm.t.decode_weight_bytes) / sm.t.frames / sm.frame_s / 1e9;
     sm.fraction = sm.eff / sm.bw["read_gb_s"].get<double>();
