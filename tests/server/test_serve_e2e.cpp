@@ -40,8 +40,8 @@ struct Receipt {
   }
 };
 
-std::string speech(double max_s, const std::string& extra = "") {
-  return std::string(R"({"input": ")") + kText + R"(", "seed": )" + std::to_string(kSeed) +
+std::string speech(double max_s, const std::string& extra = "", uint64_t seed = kSeed) {
+  return std::string(R"({"input": ")") + kText + R"(", "seed": )" + std::to_string(seed) +
          R"(, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "max_duration_s": )" +
          std::to_string(max_s) + extra + "}";
 }
@@ -176,8 +176,11 @@ TEST_F(ServeEndToEnd, ThreeServersGiveIdenticalBytesAndRefuseCleanly) {
     rc.check("voice_switch_a_b_a", !a1.empty() && a1 == a2);
     paired["voice_a"] = a1;
 
-    // Cancel a stream after its first bytes; the next request is byte-identical.
-    post(s.port(), "/v1/audio/speech", speech(4.0, R"(, "stream": true)"), "application/json",
+    // Cancel a stream after its first bytes; the next request is byte-identical. The tiny model
+    // makes a frame in well under a millisecond and kSeed reaches EOS after 3 frames, so that
+    // stream could end before the client hung up (the check below then failed under load, once
+    // in six -j3 runs); seed 2 runs 251 frames before EOS, far longer than the hang-up takes.
+    post(s.port(), "/v1/audio/speech", speech(60.0, R"(, "stream": true)", 2), "application/json",
          [](const std::string& so_far) { return so_far.size() < 100; });
     std::string after = audio_of(rc, post(s.port(), "/v1/audio/speech", speech(1.0)));
     rc.check("identical_after_cancellation", after == base);
