@@ -2,8 +2,14 @@
 // (spec section 6 for generation, section 7 for streamed decoding, section 8 for voices).
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "codec/mimi.h"
 #include "format/checkpoint.h"
@@ -20,14 +26,40 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// How speak() shares the CPU threads between the model and the codec. With two or more threads
+// the codec runs on a thread of its own beside the model (a pipeline: the codec decodes frame n
+// while the model generates frame n + 1) with max(1, T/4) of the T threads; the model keeps the
+// rest. With one thread they take turns on one backend. Neither split changes a byte: both are
+// thread-count invariant.
+struct ThreadPlan {
+  BackendOptions model, codec;
+  bool pipelined = false;
+};
+
+ThreadPlan plan_threads(const BackendOptions& options) {
+  ThreadPlan p{options, options, false};
+  if (options.kind == "cuda") return p;
+  const int total = options.threads > 0 ? options.threads : available_cores();
+  if (total < 2) return p;
+  p.codec.threads = std::max(1, total / 4);
+  p.model.threads = total - p.codec.threads;
+  p.pipelined = true;
+  return p;
+}
+
 class DramaEngine final : public Engine {
  public:
   DramaEngine(const std::filesystem::path& dir, const EngineOptions& options)
-      : checkpoint_(dir), backend_(make_backend(options.backend)) {
+      : checkpoint_(dir), plan_(plan_threads(options.backend)) {
+    backend_ = make_backend(plan_.model);
+    // A CUDA build may still pick CUDA for "auto": then both share the one device backend.
+    plan_.pipelined = plan_.pipelined && backend_->name().rfind("cpu", 0) == 0;
+    if (plan_.pipelined) codec_backend_ = make_backend(plan_.codec);
     model_ = std::make_unique<Drama3Model>(checkpoint_, *backend_);
     const auto& audio = checkpoint_.config().audio;
     if (std::filesystem::exists(dir / "codec" / "config.json")) {
-      codec_ = std::make_unique<MimiModel>(dir / "codec", *backend_);
+      codec_ =
+          std::make_unique<MimiModel>(dir / "codec", codec_backend_ ? *codec_backend_ : *backend_);
       if (codec_->codebook_size() != audio.codebook_size)
         throw Error(dir.string() + "/codec: codebook_size " +
                     std::to_string(codec_->codebook_size()) + " differs from the model's " +
@@ -49,17 +81,85 @@ class DramaEngine final : public Engine {
     int64_t samples = 0;
     const double t0 = now_s();
     double first = -1;
-    SpeechResult r = generate_codes(
-        request,
-        [&](std::span<const int32_t> codes) {
-          stream.decode_frame(codes, pcm);
-          samples += static_cast<int64_t>(pcm.size());
-          if (first < 0) first = now_s() - t0;
-          return sink(pcm);
-        },
-        cancel);
+    // Decodes one frame and hands it to the caller's sink; false stops the generation.
+    auto deliver = [&](std::span<const int32_t> codes) {
+      stream.decode_frame(codes, pcm);
+      samples += static_cast<int64_t>(pcm.size());
+      if (first < 0) first = now_s() - t0;
+      return sink(pcm);
+    };
+    SpeechResult r = plan_.pipelined ? pipelined_codes(request, deliver, cancel)
+                                     : generate_codes(request, deliver, cancel);
     r.samples = samples;
     r.seconds_to_first_audio = first < 0 ? 0 : first;
+    return r;
+  }
+
+  // generate_codes() on a thread of its own, `deliver` (codec and sink) on the caller's thread.
+  // The model runs at most one frame ahead of the codec, so a sink that refuses a frame (a client
+  // gone) stops the generation within one frame, as without the pipeline.
+  SpeechResult pipelined_codes(const SpeechRequest& request, const CodesSink& deliver,
+                               const std::atomic<bool>* cancel) {
+    std::mutex m;
+    std::condition_variable cv;
+    std::deque<std::vector<int32_t>> ready;  // at most one frame waits
+    bool done = false, stop = false;
+    SpeechResult r;
+    std::exception_ptr model_error, codec_error;
+    std::thread model([&] {
+      try {
+        r = generate_codes(
+            request,
+            [&](std::span<const int32_t> codes) {
+              std::unique_lock lock(m);
+              cv.wait(lock, [&] { return ready.empty() || stop; });
+              if (stop) return false;
+              ready.emplace_back(codes.begin(), codes.end());
+              cv.notify_all();
+              return true;
+            },
+            cancel);
+      } catch (...) {
+        model_error = std::current_exception();
+      }
+      std::lock_guard lock(m);
+      done = true;
+      cv.notify_all();
+    });
+    bool refused = false;
+    for (;;) {
+      std::vector<int32_t> codes;
+      {
+        std::unique_lock lock(m);
+        cv.wait(lock, [&] { return !ready.empty() || done; });
+        if (ready.empty()) break;
+        codes = std::move(ready.front());
+        ready.pop_front();
+        cv.notify_all();
+      }
+      if (refused || codec_error) continue;  // drain what the model made before it saw `stop`
+      bool ok = false;
+      try {
+        ok = deliver(codes);
+      } catch (...) {
+        codec_error = std::current_exception();
+      }
+      if (!ok) {
+        refused = !codec_error;
+        std::lock_guard lock(m);
+        stop = true;
+        cv.notify_all();
+      }
+    }
+    model.join();
+    if (model_error) std::rethrow_exception(model_error);
+    if (codec_error) std::rethrow_exception(codec_error);
+    if (refused) {
+      // The model had made one more frame (the one it was blocked on) before it saw `stop`;
+      // r.frames counts frames generated, so it is one above the sequential path's here.
+      r.cancelled = true;
+      r.reached_eos = false;
+    }
     return r;
   }
 
@@ -106,7 +206,10 @@ class DramaEngine final : public Engine {
     return r;
   }
 
-  std::string backend_name() const override { return backend_->name(); }
+  std::string backend_name() const override {
+    if (!codec_backend_) return backend_->name();
+    return backend_->name() + ", codec beside it on " + codec_backend_->name();
+  }
   std::string model_name() const override { return name_; }
   int64_t sample_rate() const override {
     return codec_ ? codec_->sample_rate() : checkpoint_.config().audio.sample_rate;
@@ -144,7 +247,9 @@ class DramaEngine final : public Engine {
   }
 
   Checkpoint checkpoint_;
+  ThreadPlan plan_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> codec_backend_;  // null: the codec shares backend_
   std::unique_ptr<Drama3Model> model_;
   std::unique_ptr<MimiModel> codec_;
   std::string name_;
