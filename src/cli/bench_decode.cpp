@@ -113,7 +113,7 @@ class BandwidthProbe {
 
 int run_decode(const DecodeOptions& o) {
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
-  Checkpoint ckpt(resolved.dir);
+  Checkpoint ckpt(resolved.dir, o.weights.residency());
   const Drama3Config& c = ckpt.config();
   auto backend = make_backend(o.weights.backend);
   Drama3Model model(ckpt, *backend);

@@ -41,6 +41,7 @@ int run_say(const SayOptions& o) {
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
   EngineOptions eo;
   eo.backend = o.weights.backend;
+  eo.weights = o.weights.residency();
   auto engine = load_engine(resolved.dir, eo);
   std::optional<Voice> voice;
   if (!o.voice.empty()) voice = read_voice(o.voice);

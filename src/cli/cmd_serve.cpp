@@ -55,6 +55,7 @@ int run_serve(const ServeOptions& o) {
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
   EngineOptions eo;
   eo.backend = o.weights.backend;
+  eo.weights = o.weights.residency();
   eo.default_cfg = o.cfg == "separate" ? CfgMode::Separate : CfgMode::Paired;
   std::unique_ptr<Engine> engine = load_engine(resolved.dir, eo);
 

@@ -15,6 +15,9 @@ void add_weights_options(CLI::App& sub, WeightsOptions& o) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   sub.add_option("--threads", o.backend.threads, "CPU threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_flag("--no-mmap", o.no_mmap,
+               "Read the checkpoint into memory instead of mapping it (costs its size in RAM at "
+               "load; faster CPU decode on some VMs)");
 }
 
 ResolvedCheckpoint resolve_weights(const WeightsOptions& o) {

@@ -8,6 +8,7 @@
 
 #include "backend/backend.h"
 #include "engine/launcher.h"
+#include "format/safetensors.h"
 
 namespace drama::cli {
 
@@ -16,6 +17,8 @@ struct WeightsOptions {
   std::string checkpoint;
   std::string manifest;
   BackendOptions backend;
+  bool no_mmap = false;  // read the checkpoint into memory instead of mapping it
+  Residency residency() const { return no_mmap ? Residency::InMemory : Residency::Mapped; }
 };
 
 void add_weights_options(CLI::App& sub, WeightsOptions& o);

@@ -50,7 +50,7 @@ ThreadPlan plan_threads(const BackendOptions& options) {
 class DramaEngine final : public Engine {
  public:
   DramaEngine(const std::filesystem::path& dir, const EngineOptions& options)
-      : checkpoint_(dir), plan_(plan_threads(options.backend)) {
+      : checkpoint_(dir, options.weights), plan_(plan_threads(options.backend)) {
     backend_ = make_backend(plan_.model);
     // A CUDA build may still pick CUDA for "auto": then both share the one device backend.
     plan_.pipelined = plan_.pipelined && backend_->name().rfind("cpu", 0) == 0;

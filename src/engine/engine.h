@@ -12,6 +12,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "format/safetensors.h"  // Residency
 #include "format/voice.h"
 #include "model/guidance.h"  // CfgMode
 
@@ -45,6 +46,7 @@ using CodesSink = std::function<bool(std::span<const int32_t> codes)>;
 
 struct EngineOptions {
   BackendOptions backend;
+  Residency weights = Residency::Mapped;  // --no-mmap: InMemory
   CfgMode default_cfg = CfgMode::Paired;
 };
 

@@ -213,11 +213,11 @@ std::string unexpected_hint(const std::string& name, const Drama3Config& cfg) {
 
 }  // namespace
 
-Checkpoint::Checkpoint(const std::filesystem::path& dir)
+Checkpoint::Checkpoint(const std::filesystem::path& dir, Residency residency)
     : dir_(dir),
       config_(load_drama3_config(dir / "config.json")),
       quant_(load_quant_config(dir)),
-      tensors_(dir) {
+      tensors_(dir, residency) {
   const Drama3Config& cfg = config_;
   TensorChecker c(tensors_, quant_.has_value());
   ModelWeights& w = weights_;

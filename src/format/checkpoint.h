@@ -29,11 +29,11 @@ struct MoeWeights {
   std::vector<int32_t> logit_column;  // stored index -> router row
   std::vector<MlpWeights> experts;    // stored index order; NVFP4 or BF16
   std::optional<MlpWeights> shared_expert;
-  LinearWeight shared_expert_gate;    // BF16 [1, H] when shared_expert is present
+  LinearWeight shared_expert_gate;  // BF16 [1, H] when shared_expert is present
 };
 
 struct LayerWeights {
-  const uint16_t* input_norm = nullptr;      // bf16 [hidden]
+  const uint16_t* input_norm = nullptr;  // bf16 [hidden]
   AttentionWeights attn;
   const uint16_t* post_attn_norm = nullptr;  // bf16 [hidden]
   bool dense = true;
@@ -46,8 +46,8 @@ struct ModelWeights {
   const uint16_t* audio_embed = nullptr;  // bf16 [K * (codebook_size + 1), H]
   std::vector<LayerWeights> backbone;
   const uint16_t* backbone_norm = nullptr;
-  LinearWeight codebook0_head;  // [codebook_size + 1, H]
-  LinearWeight tower_input_proj;  // [Ht, H]
+  LinearWeight codebook0_head;      // [codebook_size + 1, H]
+  LinearWeight tower_input_proj;    // [Ht, H]
   std::vector<LayerWeights> tower;  // all dense
   const uint16_t* tower_norm = nullptr;
   std::vector<LinearWeight> tower_heads;  // K-1 views of tower.heads.weight, each [cs, Ht]
@@ -58,7 +58,8 @@ class Checkpoint {
   // Reads config.json, hf_quant_config.json and the shards; refuses (drama::Error, naming the
   // tensors) any tensor that is missing, unexpected, of the wrong dtype or shape, an NVFP4 triple
   // that is incomplete, or a pruned layer whose stored experts differ from kept_experts.
-  explicit Checkpoint(const std::filesystem::path& dir);
+  // `residency`: map the shards (default, zero-copy) or read them into memory (`--no-mmap`).
+  explicit Checkpoint(const std::filesystem::path& dir, Residency residency = Residency::Mapped);
   const Drama3Config& config() const { return config_; }
   const std::optional<QuantConfig>& quant() const { return quant_; }
   const ModelWeights& weights() const { return weights_; }

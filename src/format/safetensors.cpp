@@ -240,7 +240,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
   return h;
 }
 
-MappedFile::MappedFile(const fs::path& path) : path_(path) {
+MappedFile::MappedFile(const fs::path& path, Residency residency) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error("cannot open " + path.string() + ": " + std::strerror(errno));
   struct stat st {};
@@ -249,7 +249,7 @@ MappedFile::MappedFile(const fs::path& path) : path_(path) {
     throw Error("cannot map " + path.string() + ": not a regular file");
   }
   size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ > 0) {
+  if (size_ > 0 && residency == Residency::Mapped) {
     // MAP_PRIVATE + PROT_READ: pages come in on first touch and are shared with the page cache, so
     // opening a multi-GB checkpoint costs no resident memory until tensors are read.
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -259,6 +259,35 @@ MappedFile::MappedFile(const fs::path& path) : path_(path) {
       throw Error("cannot map " + path.string() + ": " + why);
     }
     data_ = static_cast<const uint8_t*>(p);
+  } else if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw Error("cannot allocate " + std::to_string(size_) + " bytes for " + path.string() +
+                  ": " + why);
+    }
+    ::madvise(p, size_, MADV_HUGEPAGE);  // a hint; refused or ignored is fine
+    auto* bytes = static_cast<uint8_t*>(p);
+    uint64_t done = 0;
+    std::string why;
+    while (done < size_) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(size_ - done, uint64_t{1} << 30));
+      const ssize_t got = ::pread(fd, bytes + done, want, static_cast<off_t>(done));
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        why = got < 0 ? std::strerror(errno) : "the file is shorter than it was at open";
+        break;
+      }
+      done += static_cast<uint64_t>(got);
+    }
+    if (why.empty() && ::mprotect(p, size_, PROT_READ) != 0) why = std::strerror(errno);
+    if (!why.empty()) {
+      ::munmap(p, size_);
+      ::close(fd);
+      throw Error("cannot read " + path.string() + ": " + why);
+    }
+    data_ = bytes;
   }
   ::close(fd);
 }
@@ -267,8 +296,8 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-SafetensorsFile::SafetensorsFile(const fs::path& path)
-    : map_(std::make_shared<MappedFile>(path)), label_(path.string()) {
+SafetensorsFile::SafetensorsFile(const fs::path& path, Residency residency)
+    : map_(std::make_shared<MappedFile>(path, residency)), label_(path.string()) {
   header_ = parse_safetensors_header({map_->data(), map_->size()}, map_->size(), label_);
   for (size_t i = 0; i < header_.tensors.size(); ++i) index_.emplace(header_.tensors[i].name, i);
 }
@@ -300,7 +329,7 @@ void check_shard_name(const std::string& shard, const std::string& tensor,
 
 }  // namespace
 
-TensorSet::TensorSet(const fs::path& dir) : root_(dir) {
+TensorSet::TensorSet(const fs::path& dir, Residency residency) : root_(dir) {
   const fs::path index_path = dir / "model.safetensors.index.json";
   const fs::path single_path = dir / "model.safetensors";
   std::error_code ec;
@@ -310,7 +339,7 @@ TensorSet::TensorSet(const fs::path& dir) : root_(dir) {
     if (!fs::exists(single_path, ec))
       throw Error("checkpoint directory " + dir.string() +
                   " has neither model.safetensors.index.json nor model.safetensors");
-    files_.push_back(std::make_unique<SafetensorsFile>(single_path));
+    files_.push_back(std::make_unique<SafetensorsFile>(single_path, residency));
     for (size_t i = 0; i < files_[0]->tensors().size(); ++i)
       where_.emplace(files_[0]->tensors()[i].name, std::make_pair(size_t{0}, i));
     return;
@@ -335,7 +364,7 @@ TensorSet::TensorSet(const fs::path& dir) : root_(dir) {
       throw Error(label + " names shard " + in_quotes(name) + ", which does not exist in " +
                   dir.string());
     id = files_.size();
-    files_.push_back(std::make_unique<SafetensorsFile>(p));
+    files_.push_back(std::make_unique<SafetensorsFile>(p, residency));
   }
   for (const auto& [tensor, shard] : index["weight_map"].items()) {
     const size_t id = shard_ids.at(shard.get<std::string>());

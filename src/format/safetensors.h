@@ -44,10 +44,17 @@ struct SafetensorsHeader {
 SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint64_t file_size,
                                            std::string_view label);
 
-// A read-only memory mapping of a whole file.
+// Where a file's bytes live while it is open. Mapped: a read-only mapping of the file (pages come
+// in on first touch and are shared with the page cache; opening copies nothing). InMemory: the
+// whole file is read into anonymous process memory (transparent huge pages where the kernel
+// allows), then made read-only: costs the file's size in RAM at open, and on some VMs reads
+// about twice as fast as the page cache (docs/model.md, "Decode figures"); `--no-mmap`.
+enum class Residency { Mapped, InMemory };
+
+// A read-only view of a whole file: a memory mapping, or a read-only in-memory copy.
 class MappedFile {
  public:
-  explicit MappedFile(const std::filesystem::path& path);
+  explicit MappedFile(const std::filesystem::path& path, Residency residency = Residency::Mapped);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -80,7 +87,8 @@ struct TensorView {
 
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::filesystem::path& path);
+  explicit SafetensorsFile(const std::filesystem::path& path,
+                           Residency residency = Residency::Mapped);
   const std::filesystem::path& path() const { return map_->path(); }
   const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
   const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
@@ -100,7 +108,7 @@ class SafetensorsFile {
 // it to.
 class TensorSet {
  public:
-  explicit TensorSet(const std::filesystem::path& dir);
+  explicit TensorSet(const std::filesystem::path& dir, Residency residency = Residency::Mapped);
   // Opens one file as a set (codec/model.safetensors, voice files).
   static TensorSet single(const std::filesystem::path& file);
   const TensorInfo* find(std::string_view name) const;

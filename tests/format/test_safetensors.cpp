@@ -204,7 +204,10 @@ TEST(Safetensors, EmptyFileWithNoTensorsIsValid) {
   EXPECT_EQ(s.total_bytes(), 0u);
 }
 
-TEST(Safetensors, ShardedSetRoundTrips) {
+// Both residencies (mapped files and --no-mmap's in-memory copies) give the same tensors.
+class ShardedSet : public ::testing::TestWithParam<Residency> {};
+
+TEST_P(ShardedSet, RoundTrips) {
   ScratchDir dir;
   std::mt19937 rng(kSeed);
   nlohmann::json map = nlohmann::json::object();
@@ -226,7 +229,7 @@ TEST(Safetensors, ShardedSetRoundTrips) {
   nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", map}};
   write_text_file_atomic(dir / "model.safetensors.index.json", index.dump(2));
 
-  TensorSet set(dir.path());
+  TensorSet set(dir.path(), GetParam());
   EXPECT_EQ(set.root(), dir.path());
   EXPECT_EQ(set.total_bytes(), total);
   auto names = set.names();
@@ -244,6 +247,41 @@ TEST(Safetensors, ShardedSetRoundTrips) {
 
   TensorSet moved = std::move(set);  // views stay valid through moves (checkpoints hold sets)
   EXPECT_EQ(moved.view("layers.10.weight").bytes(), 16u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Residencies, ShardedSet,
+                         ::testing::Values(Residency::Mapped, Residency::InMemory));
+
+TEST(Safetensors, InMemoryIsACopyAndRefusesLikeAMapping) {
+  ScratchDir dir;
+  std::mt19937 rng(kSeed);
+  SafetensorsWriter w;
+  auto bytes = random_bytes(64, rng);
+  w.add("a", DType::U8, {64}, bytes);
+  w.write(dir / "model.safetensors");
+  TensorSet copy(dir.path(), Residency::InMemory);
+  // Rewrite the same file (same inode) in place: the copy keeps the bytes it read at open.
+  SafetensorsWriter w2;
+  auto other = random_bytes(64, rng);
+  w2.add("a", DType::U8, {64}, other);
+  testing::write_bytes(dir / "model.safetensors", w2.serialize());
+  EXPECT_EQ(std::memcmp(copy.view("a").data, bytes.data(), bytes.size()), 0);
+
+  // A hostile file gets the same error either way.
+  testing::write_bytes(dir / "model.safetensors", testing::craft(R"({"a": {"dtype": "U8"}})"));
+  std::string mapped_error, memory_error;
+  try {
+    TensorSet s(dir.path());
+  } catch (const Error& e) {
+    mapped_error = e.what();
+  }
+  try {
+    TensorSet s(dir.path(), Residency::InMemory);
+  } catch (const Error& e) {
+    memory_error = e.what();
+  }
+  EXPECT_FALSE(mapped_error.empty());
+  EXPECT_EQ(memory_error, mapped_error);
 }
 
 TEST(Safetensors, SingleFileSetAndDirectoryWithOneFile) {
