@@ -13,12 +13,16 @@ trap 'rm -rf "$tmp"' EXIT
 "$drama" bench gemv --format nvfp4 --m 4096 --k 14336 --rows 1 2 --threads 1 --json results/gemv-cpu.json >/dev/null
 "$drama" bench verify --size-gib 3 --tmp "$tmp" --json results/verify.json >/dev/null
 "$drama" bench codec --frames 25 --threads 1 --json results/codec-cpu.json >/dev/null
-# Decode: four settings, each with the process's peak resident memory beside the file size.
+# Decode: six settings, each with the process's peak resident memory beside the file size:
+# paired and single, mapped weights at 1 and 2 threads, and in-memory weights (--no-mmap) at 1.
 for cfg in paired single; do
-  for threads in 1 2; do
-    /usr/bin/time -f '%M' -o "$tmp/rss-$cfg-$threads" "$drama" bench decode --checkpoint "$ck" \
-      --manifest "$ck/manifest.json" --frames 16 --cfg $cfg --threads $threads \
-      --json "$tmp/decode-$cfg-$threads.json" >/dev/null
+  for run in mapped-1 mapped-2 memory-1; do
+    threads=${run#*-}
+    extra=()
+    [[ $run == memory-* ]] && extra=(--no-mmap)
+    /usr/bin/time -f '%M' -o "$tmp/rss-$cfg-$run" "$drama" bench decode --checkpoint "$ck" \
+      --manifest "$ck/manifest.json" --frames 16 --cfg $cfg --threads $threads "${extra[@]}" \
+      --json "$tmp/decode-$cfg-$run.json" >/dev/null
   done
 done
 /usr/bin/python3 - "$tmp" "$ck" <<'PY'
@@ -27,9 +31,9 @@ tmp, ck = sys.argv[1], sys.argv[2]
 size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(ck) for f in fs)
 runs = []
 for path in sorted(glob.glob(os.path.join(tmp, "decode-*.json"))):
-    cfg, threads = os.path.basename(path)[7:-5].split("-")
+    key = os.path.basename(path)[7:-5]  # cfg-mode-threads
     run = json.load(open(path))
-    run["peak_rss_mib"] = int(open(os.path.join(tmp, f"rss-{cfg}-{threads}")).read()) / 1024
+    run["peak_rss_mib"] = int(open(os.path.join(tmp, f"rss-{key}")).read()) / 1024
     runs.append(run)
 receipt = {"bench": "decode", "config": "configs/cpu-bench.json",
            "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4",
