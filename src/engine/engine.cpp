@@ -96,13 +96,14 @@ class DramaEngine final : public Engine {
   }
 
   // generate_codes() on a thread of its own, `deliver` (codec and sink) on the caller's thread.
-  // The model runs at most one frame ahead of the codec, so a sink that refuses a frame (a client
-  // gone) stops the generation within one frame, as without the pipeline.
+  // The model hands over frame n + 1 only once frame n has been delivered (one slot, freed after
+  // delivery), so it computes at most one frame beyond the one the sink is taking: a sink that
+  // refuses a frame (a client gone) stops the generation within one frame.
   SpeechResult pipelined_codes(const SpeechRequest& request, const CodesSink& deliver,
                                const std::atomic<bool>* cancel) {
     std::mutex m;
     std::condition_variable cv;
-    std::deque<std::vector<int32_t>> ready;  // at most one frame waits
+    std::deque<std::vector<int32_t>> ready;  // the one frame being handed over
     bool done = false, stop = false;
     SpeechResult r;
     std::exception_ptr model_error, codec_error;
@@ -133,23 +134,21 @@ class DramaEngine final : public Engine {
         std::unique_lock lock(m);
         cv.wait(lock, [&] { return !ready.empty() || done; });
         if (ready.empty()) break;
-        codes = std::move(ready.front());
-        ready.pop_front();
-        cv.notify_all();
+        codes = ready.front();  // the slot stays taken until the frame is delivered
       }
-      if (refused || codec_error) continue;  // drain what the model made before it saw `stop`
       bool ok = false;
-      try {
-        ok = deliver(codes);
-      } catch (...) {
-        codec_error = std::current_exception();
+      if (!refused && !codec_error) {
+        try {
+          ok = deliver(codes);
+        } catch (...) {
+          codec_error = std::current_exception();
+        }
+        if (!ok) refused = !codec_error;
       }
-      if (!ok) {
-        refused = !codec_error;
-        std::lock_guard lock(m);
-        stop = true;
-        cv.notify_all();
-      }
+      std::lock_guard lock(m);
+      ready.pop_front();
+      if (!ok) stop = true;
+      cv.notify_all();
     }
     model.join();
     if (model_error) std::rethrow_exception(model_error);
