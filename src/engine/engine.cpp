@@ -6,9 +6,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "codec/mimi.h"
@@ -38,7 +38,7 @@ struct ThreadPlan {
 
 ThreadPlan plan_threads(const BackendOptions& options) {
   ThreadPlan p{options, options, false};
-  if (options.kind == "cuda") return p;
+  if (engine_device_id(options) != "cpu") return p;  // a device backend serves both
   const int total = options.threads > 0 ? options.threads : available_cores();
   if (total < 2) return p;
   p.codec.threads = std::max(1, total / 4);
@@ -50,11 +50,10 @@ ThreadPlan plan_threads(const BackendOptions& options) {
 class DramaEngine final : public Engine {
  public:
   DramaEngine(const std::filesystem::path& dir, const EngineOptions& options)
-      : checkpoint_(dir, options.weights), plan_(plan_threads(options.backend)) {
-    backend_ = make_backend(plan_.model);
-    // A CUDA build may still pick CUDA for "auto": then both share the one device backend.
-    plan_.pipelined = plan_.pipelined && backend_->name().rfind("cpu", 0) == 0;
-    if (plan_.pipelined) codec_backend_ = make_backend(plan_.codec);
+      : checkpoint_(dir, options.weights) {
+    const ThreadPlan plan = plan_threads(options.backend);
+    backend_ = make_backend(plan.model);
+    if (plan.pipelined) codec_backend_ = make_backend(plan.codec);
     model_ = std::make_unique<Drama3Model>(checkpoint_, *backend_);
     const auto& audio = checkpoint_.config().audio;
     if (std::filesystem::exists(dir / "codec" / "config.json")) {
@@ -88,8 +87,8 @@ class DramaEngine final : public Engine {
       if (first < 0) first = now_s() - t0;
       return sink(pcm);
     };
-    SpeechResult r = plan_.pipelined ? pipelined_codes(request, deliver, cancel)
-                                     : generate_codes(request, deliver, cancel);
+    SpeechResult r = codec_backend_ ? pipelined_codes(request, deliver, cancel)
+                                    : generate_codes(request, deliver, cancel);
     r.samples = samples;
     r.seconds_to_first_audio = first < 0 ? 0 : first;
     return r;
@@ -103,7 +102,7 @@ class DramaEngine final : public Engine {
                                const std::atomic<bool>* cancel) {
     std::mutex m;
     std::condition_variable cv;
-    std::deque<std::vector<int32_t>> ready;  // the one frame being handed over
+    std::optional<std::vector<int32_t>> ready;  // the one frame being handed over
     bool done = false, stop = false;
     SpeechResult r;
     std::exception_ptr model_error, codec_error;
@@ -113,9 +112,9 @@ class DramaEngine final : public Engine {
             request,
             [&](std::span<const int32_t> codes) {
               std::unique_lock lock(m);
-              cv.wait(lock, [&] { return ready.empty() || stop; });
+              cv.wait(lock, [&] { return !ready || stop; });
               if (stop) return false;
-              ready.emplace_back(codes.begin(), codes.end());
+              ready.emplace(codes.begin(), codes.end());
               cv.notify_all();
               return true;
             },
@@ -132,9 +131,9 @@ class DramaEngine final : public Engine {
       std::vector<int32_t> codes;
       {
         std::unique_lock lock(m);
-        cv.wait(lock, [&] { return !ready.empty() || done; });
-        if (ready.empty()) break;
-        codes = ready.front();  // the slot stays taken until the frame is delivered
+        cv.wait(lock, [&] { return ready || done; });
+        if (!ready) break;
+        codes = *ready;  // the slot stays taken until the frame is delivered
       }
       bool ok = false;
       if (!refused && !codec_error) {
@@ -146,7 +145,7 @@ class DramaEngine final : public Engine {
         if (!ok) refused = !codec_error;
       }
       std::lock_guard lock(m);
-      ready.pop_front();
+      ready.reset();
       if (!ok) stop = true;
       cv.notify_all();
     }
@@ -246,9 +245,9 @@ class DramaEngine final : public Engine {
   }
 
   Checkpoint checkpoint_;
-  ThreadPlan plan_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Backend> codec_backend_;  // null: the codec shares backend_
+  std::unique_ptr<Backend>
+      codec_backend_;  // set: speak() pipelines; null: the codec shares backend_
   std::unique_ptr<Drama3Model> model_;
   std::unique_ptr<MimiModel> codec_;
   std::string name_;
