@@ -70,7 +70,8 @@ double decoder_flops_per_frame(const MimiModel& m) {
   return flops;
 }
 
-// The backend's conv1d rate (CPU time) on a 512 -> 512 channel, kernel 3 convolution over 2048 steps.
+// The backend's conv1d rate (CPU time) on a 512 -> 512 channel, kernel 3 convolution over 2048
+// steps.
 double conv1d_gflops(Backend& b) {
   const int64_t ch = 512, k = 3, len = 2048 + 2, out_len = 2048;
   std::mt19937 rng(1);
