@@ -14,12 +14,12 @@ trap 'rm -rf "$tmp"' EXIT
 "$drama" bench verify --size-gib 3 --tmp "$tmp" --json results/verify.json >/dev/null
 "$drama" bench codec --frames 25 --threads 1 --json results/codec-cpu.json >/dev/null
 # Decode: six settings, each with the process's peak resident memory beside the file size:
-# paired and single, mapped weights at 1 and 2 threads, and in-memory weights (--no-mmap) at 1.
+# paired and single, weights in memory (the default) at 1 and 2 threads, and mapped (--mmap) at 1.
 for cfg in paired single; do
-  for run in mapped-1 mapped-2 memory-1; do
+  for run in memory-1 memory-2 mapped-1; do
     threads=${run#*-}
     extra=()
-    [[ $run == memory-* ]] && extra=(--no-mmap)
+    [[ $run == mapped-* ]] && extra=(--mmap)
     /usr/bin/time -f '%M' -o "$tmp/rss-$cfg-$run" "$drama" bench decode --checkpoint "$ck" \
       --manifest "$ck/manifest.json" --frames 16 --cfg $cfg --threads $threads "${extra[@]}" \
       --json "$tmp/decode-$cfg-$run.json" >/dev/null

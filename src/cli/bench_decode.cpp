@@ -195,7 +195,7 @@ int run_decode(const DecodeOptions& o) {
       {"provenance", resolved.provenance},
       {"backend", backend->name()},
       {"threads", threads},
-      {"weights", o.weights.no_mmap ? "in memory (--no-mmap)" : "mapped"},
+      {"weights", o.weights.mmap ? "mapped (--mmap)" : "in memory"},
       {"cfg", o.cfg},
       {"batch_rows", single ? 1 : 2},
       {"frames", t.frames},

@@ -138,7 +138,7 @@ nlohmann::json measure_ceiling(double budget) {
 }
 
 // Random weights, several copies so that the set is larger than the last-level cache, in one
-// anonymous region with transparent huge pages: how the engine holds weights with --no-mmap.
+// anonymous region with transparent huge pages: how the engine holds weights by default.
 // (In alternating runs on the dev VM, 4 KiB pages made the two-row NVFP4 product at 4096 x 14336
 // 2.29 instead of 1.97-2.01 ms four times in a row, and no slower in later runs: noise there is
 // as large as the effect. The one-row product did not change.)
@@ -203,7 +203,8 @@ nlohmann::json run_format(Backend& be, WeightFormat format, const GemvOptions& o
           {"weight_mb", w.bytes_each / 1e6},
           {"gb_s", w.bytes_each / timing.median_s / 1e9},
           {"weight_copies", w.views.size()},
-          {"weight_memory", "anonymous, transparent huge pages requested (as with --no-mmap)"}};
+          {"weight_memory",
+           "anonymous, transparent huge pages requested (as the engine holds weights by default)"}};
 }
 
 int run_gemv(const GemvOptions& o) {

@@ -17,8 +17,8 @@ struct WeightsOptions {
   std::string checkpoint;
   std::string manifest;
   BackendOptions backend;
-  bool no_mmap = false;  // read the checkpoint into memory instead of mapping it
-  Residency residency() const { return no_mmap ? Residency::InMemory : Residency::Mapped; }
+  bool mmap = false;  // map the checkpoint instead of reading it into memory (docs/run.md)
+  Residency residency() const { return mmap ? Residency::Mapped : Residency::InMemory; }
 };
 
 void add_weights_options(CLI::App& sub, WeightsOptions& o);

@@ -46,7 +46,8 @@ using CodesSink = std::function<bool(std::span<const int32_t> codes)>;
 
 struct EngineOptions {
   BackendOptions backend;
-  Residency weights = Residency::Mapped;  // --no-mmap: InMemory
+  // Weights read into process memory (the default) or mapped (`--mmap`): docs/run.md.
+  Residency weights = Residency::InMemory;
   CfgMode default_cfg = CfgMode::Paired;
 };
 

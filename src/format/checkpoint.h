@@ -58,7 +58,8 @@ class Checkpoint {
   // Reads config.json, hf_quant_config.json and the shards; refuses (drama::Error, naming the
   // tensors) any tensor that is missing, unexpected, of the wrong dtype or shape, an NVFP4 triple
   // that is incomplete, or a pruned layer whose stored experts differ from kept_experts.
-  // `residency`: map the shards (default, zero-copy) or read them into memory (`--no-mmap`).
+  // `residency`: map the shards (zero-copy; `--mmap`) or read them into memory (the engine's
+  // default).
   explicit Checkpoint(const std::filesystem::path& dir, Residency residency = Residency::Mapped);
   const Drama3Config& config() const { return config_; }
   const std::optional<QuantConfig>& quant() const { return quant_; }

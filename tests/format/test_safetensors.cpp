@@ -204,7 +204,7 @@ TEST(Safetensors, EmptyFileWithNoTensorsIsValid) {
   EXPECT_EQ(s.total_bytes(), 0u);
 }
 
-// Both residencies (mapped files and --no-mmap's in-memory copies) give the same tensors.
+// Both residencies (mapped files, --mmap, and the default in-memory copies) give the same tensors.
 class ShardedSet : public ::testing::TestWithParam<Residency> {};
 
 TEST_P(ShardedSet, RoundTrips) {

@@ -102,9 +102,12 @@ TEST_P(GreedyParity, GreedyCodesEqualTheReference) {
   const Inputs in = write_inputs(ckpt, name);
   const auto mine = test_dir() / (std::string(name) + ".engine.codes");
   const auto ref = test_dir() / (std::string(name) + ".ref.codes");
-  must_run(drama() + " say " + quote(kText) + " --voice " + quote(in.voice.string()) +
-           " --format codes -o " + quote(mine.string()) +
-           " --seed 1 --temperature 0 --gamma 1.5 --max-frames 8" + checkpoint_args(ckpt));
+  const auto mapped = test_dir() / (std::string(name) + ".engine-mapped.codes");
+  for (const auto& [out, extra] : {std::pair{mine, ""}, std::pair{mapped, " --mmap"}})
+    must_run(drama() + " say " + quote(kText) + " --voice " + quote(in.voice.string()) +
+             " --format codes -o " + quote(out.string()) +
+             " --seed 1 --temperature 0 --gamma 1.5 --max-frames 8" + extra +
+             checkpoint_args(ckpt));
   must_run(reference_cli() + " generate --checkpoint " + quote(ckpt.string()) + " --text " +
            quote(kText) + " --voice " + quote(in.voice.string()) +
            " --seed 1 --temperature 0 --top-k 50 --top-p 1 --gamma 1.5 --max-frames 8 -o " +
@@ -123,6 +126,8 @@ TEST_P(GreedyParity, GreedyCodesEqualTheReference) {
               static_cast<long long>(a.frames), static_cast<long long>(b.frames));
   EXPECT_EQ(a.frames, b.frames);
   EXPECT_EQ(a.codes, b.codes);
+  // Weights read into memory (the default) and mapped (--mmap) give the same codes.
+  EXPECT_EQ(codes_of(mapped).codes, a.codes);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GreedyParity,
