@@ -21,7 +21,8 @@ for cfg in paired single; do
     extra=()
     [[ $run == mapped-* ]] && extra=(--mmap)
     /usr/bin/time -f '%M' -o "$tmp/rss-$cfg-$run" "$drama" bench decode --checkpoint "$ck" \
-      --manifest "$ck/manifest.json" --frames 16 --cfg $cfg --threads $threads "${extra[@]}" \
+      --manifest "$ck/manifest.json" --frames 16 --repeats 9 --cfg $cfg --threads $threads \
+      "${extra[@]}" \
       --json "$tmp/decode-$cfg-$run.json" >/dev/null
   done
 done
