@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -329,6 +330,40 @@ void check_shard_name(const std::string& shard, const std::string& tensor,
 
 }  // namespace
 
+std::optional<std::string> in_memory_refusal(uint64_t need, std::optional<uint64_t> available,
+                                             const std::string& what) {
+  if (!available || need <= *available) return std::nullopt;
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  return "reading " + what + " into memory needs " + std::to_string((need + kMiB - 1) / kMiB) +
+         " MiB but the system has " + std::to_string(*available / kMiB) +
+         " MiB available; map it instead (--mmap)";
+}
+
+std::optional<uint64_t> available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return std::nullopt;
+}
+
+namespace {
+void refuse_unless_fits(const std::vector<fs::path>& files, Residency residency,
+                        const fs::path& what) {
+  if (residency != Residency::InMemory) return;
+  uint64_t need = 0;
+  for (const auto& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(f, ec);
+    if (!ec) need += size;
+  }
+  if (auto why = in_memory_refusal(need, available_memory_bytes(), what.string()))
+    throw Error(*why);
+}
+}  // namespace
+
 TensorSet::TensorSet(const fs::path& dir, Residency residency) : root_(dir) {
   const fs::path index_path = dir / "model.safetensors.index.json";
   const fs::path single_path = dir / "model.safetensors";
@@ -339,6 +374,7 @@ TensorSet::TensorSet(const fs::path& dir, Residency residency) : root_(dir) {
     if (!fs::exists(single_path, ec))
       throw Error("checkpoint directory " + dir.string() +
                   " has neither model.safetensors.index.json nor model.safetensors");
+    refuse_unless_fits({single_path}, residency, dir);
     files_.push_back(std::make_unique<SafetensorsFile>(single_path, residency));
     for (size_t i = 0; i < files_[0]->tensors().size(); ++i)
       where_.emplace(files_[0]->tensors()[i].name, std::make_pair(size_t{0}, i));
@@ -358,13 +394,18 @@ TensorSet::TensorSet(const fs::path& dir, Residency residency) : root_(dir) {
     check_shard_name(name, tensor, label);
     shard_ids.emplace(name, 0);
   }
-  for (auto& [name, id] : shard_ids) {
+  std::vector<fs::path> shard_paths;
+  for (const auto& [name, id] : shard_ids) {
     const fs::path p = dir / name;
     if (!fs::exists(p, ec))
       throw Error(label + " names shard " + in_quotes(name) + ", which does not exist in " +
                   dir.string());
+    shard_paths.push_back(p);
+  }
+  refuse_unless_fits(shard_paths, residency, dir);
+  for (auto& [name, id] : shard_ids) {
     id = files_.size();
-    files_.push_back(std::make_unique<SafetensorsFile>(p, residency));
+    files_.push_back(std::make_unique<SafetensorsFile>(dir / name, residency));
   }
   for (const auto& [tensor, shard] : index["weight_map"].items()) {
     const size_t id = shard_ids.at(shard.get<std::string>());

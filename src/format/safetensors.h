@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -103,10 +104,20 @@ class SafetensorsFile {
   std::map<std::string, size_t, std::less<>> index_;
 };
 
+// Reading `need` bytes of files into memory (Residency::InMemory) when the system reports less
+// memory available (MemAvailable, which counts reclaimable page cache) would end in the process
+// being killed part way through the read: returns the refusal's text naming `what`, or nothing
+// when it fits or the available memory is unknown.
+std::optional<std::string> in_memory_refusal(uint64_t need, std::optional<uint64_t> available,
+                                             const std::string& what);
+// MemAvailable from /proc/meminfo in bytes; nothing where it cannot be read.
+std::optional<uint64_t> available_memory_bytes();
+
 // All tensors of a checkpoint directory: model.safetensors.index.json (weight_map tensor -> shard)
 // or a single model.safetensors. Throws naming the index, shard and tensor when the index points
 // at a missing shard or a tensor its shard lacks, or a tensor is in a shard the index does not map
-// it to.
+// it to. With Residency::InMemory, shards that together exceed the available memory are refused
+// before any is read (in_memory_refusal).
 class TensorSet {
  public:
   explicit TensorSet(const std::filesystem::path& dir, Residency residency = Residency::Mapped);

@@ -299,3 +299,28 @@ TEST(Safetensors, SingleFileSetAndDirectoryWithOneFile) {
 
 }  // namespace
 }  // namespace drama
+
+namespace drama {
+namespace {
+
+// Reading a checkpoint into memory is refused up front, with sizes and the way out, when it does
+// not fit the memory the system reports available; unknown availability does not refuse.
+TEST(InMemoryRefusal, NamesSizesAndTheWayOut) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  EXPECT_FALSE(in_memory_refusal(100 * kMiB, 100 * kMiB, "ck").has_value());
+  EXPECT_FALSE(in_memory_refusal(100 * kMiB, std::nullopt, "ck").has_value());
+  const auto why = in_memory_refusal(1457 * kMiB + 1, 800 * kMiB, "/models/ck");
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why,
+            "reading /models/ck into memory needs 1458 MiB but the system has 800 MiB available; "
+            "map it instead (--mmap)");
+}
+
+TEST(InMemoryRefusal, ReadsAvailableMemoryOnLinux) {
+  const auto available = available_memory_bytes();
+  ASSERT_TRUE(available.has_value());
+  EXPECT_GT(*available, uint64_t{1} << 20);
+}
+
+}  // namespace
+}  // namespace drama
