@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -341,11 +342,11 @@ std::optional<std::string> in_memory_refusal(uint64_t need, std::optional<uint64
 
 std::optional<uint64_t> available_memory_bytes() {
   std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    unsigned long long kib = 0;  // "MemAvailable:   123456 kB"
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return kib * 1024;
+  }
   return std::nullopt;
 }
 

@@ -49,7 +49,7 @@ SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> bytes, uint6
 // in on first touch and are shared with the page cache; opening copies nothing). InMemory: the
 // whole file is read into anonymous process memory (transparent huge pages where the kernel
 // allows), then made read-only: costs the file's size in RAM at open, and on some VMs reads
-// 1.4-2x as fast as the page cache (docs/model.md, "Decode figures"). The engine's default;
+// 1.4-1.9x as fast as the page cache (docs/model.md, "Decode figures"). The engine's default;
 // `--mmap` maps.
 enum class Residency { Mapped, InMemory };
 
