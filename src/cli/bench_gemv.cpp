@@ -23,6 +23,7 @@
 #include "util/dtype.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/memory.h"
 
 namespace drama::cli {
 namespace {
@@ -154,11 +155,8 @@ struct WeightSet {
     const size_t stride = (bytes_each + 63) / 64 * 64;
     const size_t copies = std::max<size_t>(2, beyond_cache_bytes() / bytes_each);
     region_bytes = stride * copies;
-    void* p =
-        ::mmap(nullptr, region_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw Error("bench gemv: cannot allocate the weights");
-    ::madvise(p, region_bytes, MADV_HUGEPAGE);
-    region = static_cast<uint8_t*>(p);
+    region = static_cast<uint8_t*>(map_huge_anonymous(region_bytes));
+    if (!region) throw Error("bench gemv: cannot allocate the weights");
     uint8_t* data = region;
     uint8_t* scales = region + data_bytes;
     std::uniform_int_distribution<int> byte(0, 255), scale(0x28, 0x48);

@@ -246,8 +246,8 @@ class DramaEngine final : public Engine {
 
   Checkpoint checkpoint_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Backend>
-      codec_backend_;  // set: speak() pipelines; null: the codec shares backend_
+  // Set: speak() pipelines the codec beside the model; null: the codec shares backend_.
+  std::unique_ptr<Backend> codec_backend_;
   std::unique_ptr<Drama3Model> model_;
   std::unique_ptr<MimiModel> codec_;
   std::string name_;

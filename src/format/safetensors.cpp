@@ -19,6 +19,7 @@
 
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/memory.h"
 
 namespace drama {
 
@@ -262,14 +263,13 @@ MappedFile::MappedFile(const fs::path& path, Residency residency) : path_(path) 
     }
     data_ = static_cast<const uint8_t*>(p);
   } else if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
+    void* p = map_huge_anonymous(size_);
+    if (!p) {
       const std::string why = std::strerror(errno);
       ::close(fd);
       throw Error("cannot allocate " + std::to_string(size_) + " bytes for " + path.string() +
                   ": " + why);
     }
-    ::madvise(p, size_, MADV_HUGEPAGE);  // a hint; refused or ignored is fine
     auto* bytes = static_cast<uint8_t*>(p);
     uint64_t done = 0;
     std::string why;
