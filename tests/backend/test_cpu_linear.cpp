@@ -58,7 +58,7 @@ TEST(CpuLinear, Bf16AccurateEveryPath) {
   for (auto isa : supported_isas()) check_format<Bf16Weight>(isa, 1);
 }
 
-// Row r of a batch is bitwise the row alone, for batch sizes straddling the 2-row and 4-column
+// Row r of a batch is bitwise the row alone, for batch sizes straddling the 2-row and 8-column
 // tiles, and results do not depend on the thread count.
 template <class W>
 void check_invariance(cpu::Isa isa) {
@@ -112,9 +112,10 @@ TEST(CpuLinear, SimdPathsCloseToScalar) {
 
 // A NaN block scale (e4m3 0x7f) poisons exactly the outputs of its column in every path.
 // The AVX-512 NVFP4 path's prepared activations follow the layout documented in
-// linear_avx512.cpp word for word: chunk c of 64 inputs is [even hi, even lo, odd hi, odd lo],
-// 32 words each, word w of the even (odd) vectors holding input 64c + 2w (+1), hi =
-// f32_to_bf16(x), lo = f32_to_bf16(x - hi), zeros past the row's end. Special values included.
+// linear_avx512.cpp word for word: super-chunk s of 256 inputs is 4 chunks of [even hi, even lo,
+// odd hi, odd lo], 32 words each; word 2i + e of chunk q's even (odd) vectors holds input
+// 256s + 16i + 4q + 2e (+1), hi = f32_to_bf16(x), lo = f32_to_bf16(x - hi), zeros past the row's
+// end. Special values included.
 TEST(CpuLinear, Avx512PreparedActivationsMatchTheirDefinition) {
   if (!cpu::isa_supported(cpu::Isa::Avx512) || !cpu::nvfp4_avx512_supported())
     GTEST_SKIP() << "no AVX512_BF16 on this CPU";
@@ -122,7 +123,7 @@ TEST(CpuLinear, Avx512PreparedActivationsMatchTheirDefinition) {
   const float specials[] = {0.0f,      -0.0f,         1.0f + 0x1.0p-8f, 1.0f + 0x1.8p-8f,
                             0x1p-130f, -0x1.8p-140f,  INFINITY,         -INFINITY,
                             NAN,       3.4028235e38f, -1.0000001f,      65535.0f};
-  for (int64_t in : {16, 48, 64, 80, 1040}) {
+  for (int64_t in : {16, 48, 64, 80, 256, 272, 1040}) {
     const int64_t rows = 3;
     auto x = random_floats(rng, rows * in);
     for (size_t i = 0; i < std::size(specials) && i < x.size(); ++i)
@@ -133,10 +134,10 @@ TEST(CpuLinear, Avx512PreparedActivationsMatchTheirDefinition) {
     std::vector<uint16_t> words(rows * stride);
     std::memcpy(words.data(), prepared.data(), words.size() * sizeof(uint16_t));
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < stride / 128; ++c)
+      for (int64_t c = 0; c < stride / 128; ++c)  // chunk c = 4s + q
         for (int64_t w = 0; w < 32; ++w)
           for (int odd = 0; odd < 2; ++odd) {
-            const int64_t i = 64 * c + 2 * w + odd;
+            const int64_t i = 256 * (c / 4) + 16 * (w / 2) + 4 * (c % 4) + 2 * (w % 2) + odd;
             uint16_t hi = 0, lo = 0;
             if (i < in) {
               const float v = x[r * in + i];

@@ -24,7 +24,8 @@ int64_t nvfp4_prepared_floats_avx2(int64_t in);
 void nvfp4_prepare_x_avx2(const float* x, int64_t rows, int64_t in, float* xp);
 void nvfp4_linear_avx2(const LinearWeight& w, const float* xp, int64_t rows, float* y, int64_t o0,
                        int64_t o1);
-// The AVX-512 NVFP4 path needs AVX512_BF16; without it the AVX2 NVFP4 kernel runs.
+// The AVX-512 NVFP4 path needs AVX512_BF16 and AVX512_VBMI; without them the AVX2 NVFP4 kernel
+// runs.
 bool nvfp4_avx512_supported();
 int64_t nvfp4_prepared_floats_avx512(int64_t in);
 void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in, float* xp);

@@ -1,13 +1,15 @@
-// AVX-512 matrix products. NVFP4 (W4A16) needs AVX512_BF16 (Zen 4+, Sapphire Rapids+; other
-// AVX-512 CPUs run the AVX2 NVFP4 kernel). It works on chunks of 64 inputs (32 code bytes, 4
-// blocks) of a column: the bytes are widened to 16-bit words and vpermw maps each nibble (the low
-// one directly, the high one after a 4-bit shift) through a 16-entry table to its e2m1 value in
-// bfloat16, which is exact. Activations are prepared once per call as a pair of bfloat16 (hi, lo)
-// with x = hi + lo to 16 significant bits (relative error <= 2^-18, exact for integers below
-// 2^16); vdpbf16ps multiplies 32 weights by 32 activation words into 16 float lanes, each lane
-// summing products of one block only. Four such products (even/odd inputs, hi/lo) give a chunk's
-// unscaled per-block sums, and one FMA with the 4 block scales (each repeated over its 4 lanes)
-// adds them to the accumulator. Four columns share every activation load and two rows share every
+// AVX-512 matrix products. NVFP4 (W4A16) needs AVX512_BF16 and AVX512_VBMI (Zen 4+, Sapphire
+// Rapids+; other AVX-512 CPUs run the AVX2 NVFP4 kernel). It works on super-chunks of 16 blocks
+// (256 inputs, 128 code bytes) of a column, with one block per float lane: in each of the four
+// chunks of a super-chunk, vpermi2b picks two code bytes of every block (bytes 2q, 2q+1 of block i
+// into words 2i, 2i+1, zero-extended) and vpermw maps each nibble (the low one directly, the high
+// one after a 4-bit shift) through a 16-entry table to its e2m1 value in bfloat16, which is exact.
+// Activations are prepared once per call as a pair of bfloat16 (hi, lo) with x = hi + lo to 16
+// significant bits (relative error <= 2^-18, exact for integers below 2^16), in the same order;
+// vdpbf16ps multiplies 32 weights by 32 activation words into 16 float lanes, so lane i sums the
+// products of block i only. Sixteen products (four chunks of even/odd inputs, hi/lo) give each
+// block's unscaled sum, and one FMA with the 16 block scales adds them to the accumulator: no
+// per-chunk scale shuffle. Eight columns share every activation load and two rows share every
 // decode; each (row, column) accumulator sees the same operation sequence whatever the tile, so
 // results are batch invariant. BF16 widens weights to f32 by a shift (activations stay f32) and
 // uses FMA.
@@ -24,7 +26,8 @@
 #include "util/dtype.h"
 
 #define DRAMA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq")))
-#define DRAMA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define DRAMA_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx512vbmi")))
 
 namespace drama::cpu {
 namespace {
@@ -33,7 +36,20 @@ inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
 }
 
-constexpr int64_t kChunk = 64;  // inputs per chunk: 32 code bytes, 4 blocks
+constexpr int64_t kSuper = 256;  // inputs per super-chunk: 16 blocks, 128 code bytes
+
+// vpermi2b indices of chunk q (bytes of the zero-extended words): word 2i + e <- code byte
+// 8i + 2q + e of the super-chunk (block i's bytes 2q, 2q+1); the odd bytes are masked to zero.
+struct ByteIndex {
+  alignas(64) uint8_t q[4][64];
+};
+constexpr ByteIndex make_byte_index() {
+  ByteIndex t{};
+  for (int q = 0; q < 4; ++q)
+    for (int w = 0; w < 32; ++w) t.q[q][2 * w] = static_cast<uint8_t>(8 * (w / 2) + 2 * q + w % 2);
+  return t;
+}
+constexpr ByteIndex kByteIndex = make_byte_index();
 
 // e2m1 codes as bfloat16 bits, twice: vpermw reads 5 index bits and the fifth (a bit of the
 // neighbouring nibble) must not matter.
@@ -90,40 +106,68 @@ DRAMA_AVX512 inline void store_sums(const __m512 (&acc)[T][R], float scale, floa
   }
 }
 
-// Lane i of chunk q's scale vector is block 4q + i/4 of the 16 in `scales`.
-DRAMA_AVX512_BF16 inline __m512 chunk_scales(__m512 scales, int q) {
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i block = _mm512_add_epi32(_mm512_srli_epi32(lane, 2), _mm512_set1_epi32(4 * q));
-  return _mm512_permutexvar_ps(block, scales);
-}
-
-// One chunk of T columns x R rows: codes[t] the chunk's 32 code bytes of column t, scale[t] its
-// 4 block scales laid out per lane, x[r] the chunk's 4 prepared activation vectors.
+// Store sums of T = 8, 4 or 1 columns (see store_sums) for each of R rows.
 template <int T, int R>
-DRAMA_AVX512_BF16 inline __attribute__((always_inline)) void nvfp4_chunk(
-    const uint8_t* const (&codes)[T], const __m512 (&scale)[T], const uint16_t* const (&x)[R],
-    __m512i table, __m512 (&acc)[T][R]) {
-  __m512bh xv[R][4];
-  for (int i = 0; i < R; ++i)
-    for (int v = 0; v < 4; ++v) xv[i][v] = (__m512bh)_mm512_loadu_si512(x[i] + v * 32);
-  for (int t = 0; t < T; ++t) {
-    const __m512i w16 =
-        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes[t])));
-    const auto even = (__m512bh)_mm512_permutexvar_epi16(w16, table);
-    const auto odd = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w16, 4), table);
-    for (int i = 0; i < R; ++i) {
-      __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), even, xv[i][0]);
-      p = _mm512_dpbf16_ps(p, even, xv[i][1]);
-      p = _mm512_dpbf16_ps(p, odd, xv[i][2]);
-      p = _mm512_dpbf16_ps(p, odd, xv[i][3]);
-      acc[t][i] = _mm512_fmadd_ps(p, scale[t], acc[t][i]);
-    }
+DRAMA_AVX512 inline void store_columns(const __m512 (&acc)[T][R], float scale, float* y, int64_t r,
+                                       int64_t out, int64_t o) {
+  if constexpr (T == 8) {
+    __m512 lo[4][R], hi[4][R];
+    for (int t = 0; t < 4; ++t)
+      for (int i = 0; i < R; ++i) {
+        lo[t][i] = acc[t][i];
+        hi[t][i] = acc[4 + t][i];
+      }
+    store_sums<4, R>(lo, scale, y, r, out, o);
+    store_sums<4, R>(hi, scale, y, r, out, o + 4);
+  } else {
+    store_sums<T, R>(acc, scale, y, r, out, o);
   }
 }
 
-// T output columns x R rows over all inputs, 16 blocks (4 chunks) per scale load; the last
-// partial step reads codes and scales with masked loads (missing blocks have zero weights, zero
-// scales and zero prepared activations).
+// One super-chunk (16 blocks from block b0; nb < 16 only for the last, whose missing blocks get
+// zero codes and scales from masked loads, and zero prepared activations) of T columns x R rows.
+template <int T, int R, bool Tail>
+DRAMA_AVX512_BF16 inline __attribute__((always_inline)) void nvfp4_super(
+    const uint8_t* const (&c)[T], const uint8_t* const (&s)[T], const uint16_t* const (&x)[R],
+    int64_t b0, int64_t nb, __m512i table, __m512 (&acc)[T][R]) {
+  const int64_t bytes = 8 * nb;
+  const __mmask64 m0 = !Tail || bytes >= 64 ? ~0ull : (1ull << bytes) - 1;
+  const __mmask64 m1 = !Tail ? ~0ull : bytes > 64 ? (1ull << (bytes - 64)) - 1 : 0;
+  __m512 p[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) p[t][i] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {
+    __m512bh xv[R][4];
+    for (int i = 0; i < R; ++i)
+      for (int v = 0; v < 4; ++v)
+        xv[i][v] = (__m512bh)_mm512_loadu_si512(x[i] + b0 * 32 + q * 128 + v * 32);
+    const __m512i idx = _mm512_load_si512(kByteIndex.q[q]);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* cb = c[t] + b0 * 8;
+      const __m512i lo = Tail ? _mm512_maskz_loadu_epi8(m0, cb) : _mm512_loadu_si512(cb);
+      const __m512i hi = Tail ? _mm512_maskz_loadu_epi8(m1, cb + 64) : _mm512_loadu_si512(cb + 64);
+      const __m512i w16 = _mm512_maskz_permutex2var_epi8(0x5555555555555555ull, lo, idx, hi);
+      const auto even = (__m512bh)_mm512_permutexvar_epi16(w16, table);
+      const auto odd = (__m512bh)_mm512_permutexvar_epi16(_mm512_srli_epi16(w16, 4), table);
+      for (int i = 0; i < R; ++i) {
+        p[t][i] = _mm512_dpbf16_ps(p[t][i], even, xv[i][0]);
+        p[t][i] = _mm512_dpbf16_ps(p[t][i], even, xv[i][1]);
+        p[t][i] = _mm512_dpbf16_ps(p[t][i], odd, xv[i][2]);
+        p[t][i] = _mm512_dpbf16_ps(p[t][i], odd, xv[i][3]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) {
+    const __m128i sb = Tail
+                           ? _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), s[t] + b0)
+                           : _mm_loadu_si128(reinterpret_cast<const __m128i*>(s[t] + b0));
+    const __m512 sc = e4m3_to_ps(sb);
+    for (int i = 0; i < R; ++i) acc[t][i] = _mm512_fmadd_ps(p[t][i], sc, acc[t][i]);
+  }
+}
+
+// T output columns x R rows over all inputs.
 template <int T, int R>
 DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int64_t xp_stride,
                                   int64_t o, int64_t r, float* y) {
@@ -157,45 +201,10 @@ DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int
         prefetch(c[t] + skip * (in / 2) + b0 * 8 + 64);
         if (b0 % 64 == 0) prefetch(s[t] + skip * blocks + b0);
       }
-    __m512 sc[T];
-    for (int t = 0; t < T; ++t)
-      sc[t] = e4m3_to_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s[t] + b0)));
-#pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) {
-      const uint8_t* cq[T];
-      __m512 scq[T];
-      for (int t = 0; t < T; ++t) {
-        cq[t] = c[t] + (b0 + 4 * q) * 8;
-        scq[t] = chunk_scales(sc[t], q);
-      }
-      const uint16_t* xq[R];
-      for (int i = 0; i < R; ++i) xq[i] = x[i] + (b0 + 4 * q) * 32;
-      nvfp4_chunk<T, R>(cq, scq, xq, table, acc);
-    }
+    nvfp4_super<T, R, false>(c, s, x, b0, 16, table, acc);
   }
-  if (b0 < blocks) {
-    const int64_t nb = blocks - b0;
-    __m512 sc[T];
-    for (int t = 0; t < T; ++t)
-      sc[t] = e4m3_to_ps(_mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << nb) - 1), s[t] + b0));
-    for (int q = 0; 4 * q < nb; ++q) {
-      const int64_t in_chunk = std::min<int64_t>(4, nb - 4 * q);
-      const auto m = static_cast<__mmask32>((uint64_t{1} << (8 * in_chunk)) - 1);
-      alignas(32) uint8_t tail[T][32];
-      const uint8_t* cq[T];
-      __m512 scq[T];
-      for (int t = 0; t < T; ++t) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tail[t]),
-                           _mm256_maskz_loadu_epi8(m, c[t] + (b0 + 4 * q) * 8));
-        cq[t] = tail[t];
-        scq[t] = chunk_scales(sc[t], q);
-      }
-      const uint16_t* xq[R];
-      for (int i = 0; i < R; ++i) xq[i] = x[i] + (b0 + 4 * q) * 32;
-      nvfp4_chunk<T, R>(cq, scq, xq, table, acc);
-    }
-  }
-  store_sums<T, R>(acc, w.scale2, y, r, w.out, o);
+  if (b0 < blocks) nvfp4_super<T, R, true>(c, s, x, b0, blocks - b0, table, acc);
+  store_columns<T, R>(acc, w.scale2, y, r, w.out, o);
 }
 
 template <int T>
@@ -264,11 +273,11 @@ DRAMA_AVX512 void bf16_columns(const LinearWeight& w, const float* x, int64_t ro
 }  // namespace
 
 bool nvfp4_avx512_supported() {
-  return __builtin_cpu_supports("avx512bf16");
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
 }
 
 int64_t nvfp4_prepared_floats_avx512(int64_t in) {
-  return (in + kChunk - 1) / kChunk * kChunk;  // 2 words (hi, lo) per input
+  return (in + kSuper - 1) / kSuper * kSuper;  // 2 words (hi, lo) per input
 }
 
 // f32_to_bf16 (round to nearest even, NaN kept quiet) on 16 lanes, the result in each lane's low
@@ -285,10 +294,36 @@ DRAMA_AVX512_BF16 inline __m512i bf16_bits(__m512 f) {
   return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(high, _mm512_set1_epi32(0x40)));
 }
 
-// Chunk c of a row is 4 vectors of 32 words: even-input hi, even-input lo, odd-input hi, odd-input
-// lo. Word 2i + e of an even vector holds input 64c + 4i + 2e, of an odd vector 64c + 4i + 2e + 1:
-// the inputs of code bytes 2i and 2i+1, matching vpermw's word order and vdpbf16ps's pairs. So
-// word w of an even vector is input 64c + 2w, of an odd one 64c + 2w + 1; inputs past `in` are 0.
+// Qword q (words 4q .. 4q+3) of the 16 blocks of a super-chunk, blocks 0-7 in a and 8-15 in b,
+// from v[k] = words of inputs 32k .. 32k+31 (blocks 2k, 2k+1; qword 4j + q of v[k] is qword q of
+// block 2k + j): a 16 x 4 transpose of qwords in two permute stages.
+DRAMA_AVX512_BF16 inline void gather_qwords(const __m512i (&v)[8], __m512i (&a)[4],
+                                            __m512i (&b)[4]) {
+  // Stage 1: s[m][h] = qwords 2h and 2h+1 of blocks 4m .. 4m+3 (lane l: qword 2h + l/4 of block
+  // 4m + l%4, which is qword (l%4 / 2) * 8 + (l%4 % 2) * 4 + 2h + l/4 of v[2m] : v[2m+1]).
+  const __m512i lo_idx = _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0);
+  const __m512i hi_idx = _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2);
+  __m512i s[4][2];
+  for (int m = 0; m < 4; ++m) {
+    s[m][0] = _mm512_permutex2var_epi64(v[2 * m], lo_idx, v[2 * m + 1]);
+    s[m][1] = _mm512_permutex2var_epi64(v[2 * m], hi_idx, v[2 * m + 1]);
+  }
+  // Stage 2: qword q of blocks 0-3 is 256-bit half q%2 of s[0][q/2], of blocks 4-7 the same half
+  // of s[1][q/2]; likewise s[2], s[3] for blocks 8-15.
+  a[0] = _mm512_shuffle_i64x2(s[0][0], s[1][0], 0x44);
+  a[1] = _mm512_shuffle_i64x2(s[0][0], s[1][0], 0xee);
+  a[2] = _mm512_shuffle_i64x2(s[0][1], s[1][1], 0x44);
+  a[3] = _mm512_shuffle_i64x2(s[0][1], s[1][1], 0xee);
+  b[0] = _mm512_shuffle_i64x2(s[2][0], s[3][0], 0x44);
+  b[1] = _mm512_shuffle_i64x2(s[2][0], s[3][0], 0xee);
+  b[2] = _mm512_shuffle_i64x2(s[2][1], s[3][1], 0x44);
+  b[3] = _mm512_shuffle_i64x2(s[2][1], s[3][1], 0xee);
+}
+
+// Super-chunk s of a row is 4 chunks of 4 vectors of 32 words: even-input hi, even-input lo,
+// odd-input hi, odd-input lo. Word 2i + e of chunk q's even vector holds input 256s + 16i + 4q +
+// 2e, of its odd vector input 256s + 16i + 4q + 2e + 1: block i's inputs whose code bytes 2q, 2q+1
+// the kernel widens into words 2i, 2i+1. Inputs past `in` are 0.
 DRAMA_AVX512_BF16 void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int64_t in,
                                               float* xp_floats) {
   const int64_t stride = 2 * nvfp4_prepared_floats_avx512(in);  // in words
@@ -306,26 +341,34 @@ DRAMA_AVX512_BF16 void nvfp4_prepare_x_avx512(const float* x, int64_t rows, int6
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * in;
     uint16_t* d = xp + r * stride;
-    for (int64_t c = 0; c * kChunk < in; ++c) {
-      __m256i hi[4], lo[4];
-      for (int v = 0; v < 4; ++v) {
-        const int64_t first = c * kChunk + 16 * v;
-        const int64_t n = std::clamp<int64_t>(in - first, 0, 16);
-        const __m512 f = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xr + first);
-        const __m512i h = bf16_bits(f);
-        const __m512 rest = _mm512_sub_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
-        hi[v] = _mm512_cvtepi32_epi16(h);
-        lo[v] = _mm512_cvtepi32_epi16(bf16_bits(rest));
+    for (int64_t sc = 0; sc * kSuper < in; ++sc) {
+      __m512i hi[8], lo[8];  // words of inputs 32k .. 32k+31 of the super-chunk
+      for (int k = 0; k < 8; ++k) {
+        __m256i h[2], l[2];
+        for (int half = 0; half < 2; ++half) {
+          const int64_t first = sc * kSuper + 32 * k + 16 * half;
+          const int64_t n = std::clamp<int64_t>(in - first, 0, 16);
+          const __m512 f = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), xr + first);
+          const __m512i hb = bf16_bits(f);
+          const __m512 rest = _mm512_sub_ps(f, _mm512_castsi512_ps(_mm512_slli_epi32(hb, 16)));
+          h[half] = _mm512_cvtepi32_epi16(hb);
+          l[half] = _mm512_cvtepi32_epi16(bf16_bits(rest));
+        }
+        hi[k] = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);
+        lo[k] = _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1);
       }
-      const __m512i h01 = _mm512_inserti64x4(_mm512_castsi256_si512(hi[0]), hi[1], 1);
-      const __m512i h23 = _mm512_inserti64x4(_mm512_castsi256_si512(hi[2]), hi[3], 1);
-      const __m512i l01 = _mm512_inserti64x4(_mm512_castsi256_si512(lo[0]), lo[1], 1);
-      const __m512i l23 = _mm512_inserti64x4(_mm512_castsi256_si512(lo[2]), lo[3], 1);
-      uint16_t* v = d + c * 128;
-      _mm512_storeu_si512(v, _mm512_permutex2var_epi16(h01, even_idx, h23));
-      _mm512_storeu_si512(v + 32, _mm512_permutex2var_epi16(l01, even_idx, l23));
-      _mm512_storeu_si512(v + 64, _mm512_permutex2var_epi16(h01, odd_idx, h23));
-      _mm512_storeu_si512(v + 96, _mm512_permutex2var_epi16(l01, odd_idx, l23));
+      __m512i ha[4], hb[4], la[4], lb[4];
+      gather_qwords(hi, ha, hb);
+      gather_qwords(lo, la, lb);
+      uint16_t* v = d + sc * 2 * kSuper;
+      for (int q = 0; q < 4; ++q, v += 128) {
+        // Qword q of block i holds inputs 16i + 4q .. 16i + 4q + 3: words 0 and 2 are the even
+        // inputs of word pair (2i, 2i+1), words 1 and 3 the odd ones.
+        _mm512_storeu_si512(v, _mm512_permutex2var_epi16(ha[q], even_idx, hb[q]));
+        _mm512_storeu_si512(v + 32, _mm512_permutex2var_epi16(la[q], even_idx, lb[q]));
+        _mm512_storeu_si512(v + 64, _mm512_permutex2var_epi16(ha[q], odd_idx, hb[q]));
+        _mm512_storeu_si512(v + 96, _mm512_permutex2var_epi16(la[q], odd_idx, lb[q]));
+      }
     }
   }
 }
@@ -335,7 +378,7 @@ DRAMA_AVX512_BF16 void nvfp4_linear_avx512(const LinearWeight& w, const float* x
   const int64_t stride = 2 * nvfp4_prepared_floats_avx512(w.in);
   const auto* xp = reinterpret_cast<const uint16_t*>(xp_floats);
   int64_t o = o0;
-  for (; o + 4 <= o1; o += 4) nvfp4_columns<4>(w, xp, stride, rows, o, y);
+  for (; o + 8 <= o1; o += 8) nvfp4_columns<8>(w, xp, stride, rows, o, y);
   for (; o < o1; ++o) nvfp4_columns<1>(w, xp, stride, rows, o, y);
 }
 
