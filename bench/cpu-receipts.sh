@@ -10,7 +10,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 "$drama" contract --backend cpu --json results/contract-cpu.json | tail -n 1
-"$drama" bench gemv --format nvfp4 --m 4096 --k 14336 --rows 1 2 --threads 1 --json results/gemv-cpu.json >/dev/null
+"$drama" bench gemv --format nvfp4 --m 4096 --k 14336 --rows 1 2 --threads 1 --repeats 7 \
+  --json results/gemv-cpu.json >/dev/null
 "$drama" bench verify --size-gib 3 --tmp "$tmp" --json results/verify.json >/dev/null
 "$drama" bench codec --frames 25 --threads 1 --json results/codec-cpu.json >/dev/null
 # Decode: six settings, each with the process's peak resident memory beside the file size:

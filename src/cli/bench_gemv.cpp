@@ -36,7 +36,8 @@ struct GemvOptions {
   std::vector<int64_t> rows = {1};
   int threads = 1;
   std::string backend = "cpu";
-  double seconds = 1.0;  // time budget per measurement
+  double seconds = 1.0;  // time budget per measurement window
+  int repeats = 1;       // windows per (format, rows), taken in rotation
   std::string json;
 };
 
@@ -180,26 +181,36 @@ struct WeightSet {
   WeightSet& operator=(const WeightSet&) = delete;
 };
 
-nlohmann::json run_format(Backend& be, WeightFormat format, const GemvOptions& o, int64_t rows,
-                          std::mt19937& rng) {
-  WeightSet w(format, o.m, o.k, rng);
-  std::vector<float> x(rows * o.k), y(rows * o.m);
-  std::normal_distribution<float> nd;
-  for (auto& v : x) v = nd(rng);
+// One (format, rows) setting: its timing windows, taken in rotation with the other settings so
+// that a burst of load on a shared machine lands in one window of each rather than in all of one.
+struct Series {
+  WeightSet* weights;
+  int64_t rows;
+  std::vector<float> x, y;
   size_t next = 0;
-  const Timing timing = time_calls(
-      [&] {
-        be.linear(w.views[next], x.data(), rows, y.data());
-        next = (next + 1) % w.views.size();
-      },
-      o.seconds);
-  return {{"format", format == WeightFormat::NVFP4 ? "nvfp4" : "bf16"},
-          {"rows", rows},
-          {"ms", timing.median_s * 1e3},
-          {"ms_min", timing.min_s * 1e3},
-          {"thread_cpu_ms", timing.cpu_s * 1e3},
+  std::vector<Timing> windows;
+};
+
+nlohmann::json summarize(const Series& s) {
+  std::vector<double> medians, cpu;
+  double best = s.windows.front().min_s;
+  for (const Timing& t : s.windows) {
+    medians.push_back(t.median_s);
+    cpu.push_back(t.cpu_s);
+    best = std::min(best, t.min_s);
+  }
+  const double med = median(medians);
+  nlohmann::json samples = nlohmann::json::array();
+  for (double m : medians) samples.push_back(m * 1e3);
+  const WeightSet& w = *s.weights;
+  return {{"format", w.views.front().format == WeightFormat::NVFP4 ? "nvfp4" : "bf16"},
+          {"rows", s.rows},
+          {"ms", med * 1e3},
+          {"ms_min", best * 1e3},
+          {"window_medians_ms", samples},
+          {"thread_cpu_ms", median(cpu) * 1e3},
           {"weight_mb", w.bytes_each / 1e6},
-          {"gb_s", w.bytes_each / timing.median_s / 1e9},
+          {"gb_s", w.bytes_each / med / 1e9},
           {"weight_copies", w.views.size()},
           {"weight_memory",
            "anonymous, transparent huge pages requested (as the engine holds weights by default)"}};
@@ -212,14 +223,31 @@ int run_gemv(const GemvOptions& o) {
     throw UsageError("--m must be positive and --k a positive multiple of 16.");
   for (int64_t r : o.rows)
     if (r <= 0) throw UsageError("--rows must be positive.");
+  if (o.repeats < 1) throw UsageError("--repeats must be at least 1.");
   auto be = make_backend({o.backend, o.threads});
   std::mt19937 rng(1234);
-  nlohmann::json runs = nlohmann::json::array();
   const WeightFormat first = o.format == "nvfp4" ? WeightFormat::NVFP4 : WeightFormat::BF16;
   const WeightFormat second =
       first == WeightFormat::NVFP4 ? WeightFormat::BF16 : WeightFormat::NVFP4;
-  for (int64_t rows : o.rows) runs.push_back(run_format(*be, first, o, rows, rng));
-  for (int64_t rows : o.rows) runs.push_back(run_format(*be, second, o, rows, rng));
+  WeightSet first_weights(first, o.m, o.k, rng), second_weights(second, o.m, o.k, rng);
+  std::vector<Series> series;
+  for (WeightSet* w : {&first_weights, &second_weights})
+    for (int64_t rows : o.rows) {
+      Series s{w, rows, std::vector<float>(rows * o.k), std::vector<float>(rows * o.m), 0, {}};
+      std::normal_distribution<float> nd;
+      for (auto& v : s.x) v = nd(rng);
+      series.push_back(std::move(s));
+    }
+  for (int r = 0; r < o.repeats; ++r)
+    for (Series& s : series)
+      s.windows.push_back(time_calls(
+          [&] {
+            be->linear(s.weights->views[s.next], s.x.data(), s.rows, s.y.data());
+            s.next = (s.next + 1) % s.weights->views.size();
+          },
+          o.seconds));
+  nlohmann::json runs = nlohmann::json::array();
+  for (const Series& s : series) runs.push_back(summarize(s));
   nlohmann::json ceiling = measure_ceiling(o.seconds);
   for (auto& r : runs)
     r["of_read_ceiling"] = r["gb_s"].get<double>() / ceiling["read_gb_s"].get<double>();
@@ -234,6 +262,11 @@ int run_gemv(const GemvOptions& o) {
       {"backend", name},
       {"isa", name.substr(name.find('(') + 1, name.find(',') - name.find('(') - 1)},
       {"threads", o.threads},
+      {"repeats", o.repeats},
+      {"note",
+       "ms: the median of the windows' per-call medians (window_medians_ms, one window of "
+       "about `seconds` per setting and repeat, settings in rotation); ms_min: the fastest "
+       "call"},
       {"load_average_1min", load_average()},
       {"cores_online", sysconf(_SC_NPROCESSORS_ONLN)},
       {"m", o.m},
@@ -257,7 +290,9 @@ void register_bench_gemv(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--rows", opts->rows, "activation rows; a list times each (1,2)")->delimiter(',');
   sub->add_option("--threads", opts->threads, "CPU threads (0 = all cores)");
   sub->add_option("--backend", opts->backend, "auto | cpu | cuda");
-  sub->add_option("--seconds", opts->seconds, "time budget per measurement");
+  sub->add_option("--seconds", opts->seconds, "time budget per measurement window");
+  sub->add_option("--repeats", opts->repeats,
+                  "windows per setting, taken in rotation; the median window is reported");
   sub->add_option("--json", opts->json, "also write the JSON object to this file");
   sub->callback([&run, opts] { run = [opts] { return run_gemv(*opts); }; });
 }
