@@ -80,9 +80,13 @@ void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, flo
     const bool wide = isa_ == Isa::Avx512 && nvfp4_avx512_supported();
     const int64_t per_row =
         wide ? nvfp4_prepared_floats_avx512(w.in) : nvfp4_prepared_floats_avx2(w.in);
+    // Started on a cache line, so that no 64-byte activation load straddles two (rows are whole
+    // lines apart).
     thread_local std::vector<float> prepared;
-    if (prepared.size() < static_cast<size_t>(per_row * rows)) prepared.resize(per_row * rows);
+    const size_t need = static_cast<size_t>(per_row * rows) + 16;
+    if (prepared.size() < need) prepared.resize(need);
     float* xp = prepared.data();
+    xp += (64 - reinterpret_cast<uintptr_t>(xp) % 64) % 64 / sizeof(float);
     if (wide)
       nvfp4_prepare_x_avx512(x, rows, w.in, xp);
     else
