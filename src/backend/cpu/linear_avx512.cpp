@@ -89,39 +89,23 @@ DRAMA_AVX512 inline __m128 sum_lanes4(__m512 a0, __m512 a1, __m512 a2, __m512 a3
   return _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, total));
 }
 
-// y[row i, columns o .. o+T) = lane sums of acc[t][i] (times `scale`), T = 4 or 1.
+// y[row i, columns o .. o+T) = lane sums of acc[t][i] (times `scale`), T a multiple of 4 or 1.
 template <int T, int R>
 DRAMA_AVX512 inline void store_sums(const __m512 (&acc)[T][R], float scale, float* y, int64_t r,
                                     int64_t out, int64_t o) {
-  static_assert(T == 4 || T == 1);
-  for (int i = 0; i < R; ++i) {
-    const __m512 a0 = acc[0][i], a1 = acc[T == 4 ? 1 : 0][i], a2 = acc[T == 4 ? 2 : 0][i],
-                 a3 = acc[T == 4 ? 3 : 0][i];
-    const __m128 v = _mm_mul_ps(sum_lanes4(a0, a1, a2, a3), _mm_set1_ps(scale));
-    float* dst = y + (r + i) * out + o;
-    if constexpr (T == 4)
-      _mm_storeu_ps(dst, v);
-    else
-      *dst = _mm_cvtss_f32(v);
-  }
-}
-
-// Store sums of T = 8, 4 or 1 columns (see store_sums) for each of R rows.
-template <int T, int R>
-DRAMA_AVX512 inline void store_columns(const __m512 (&acc)[T][R], float scale, float* y, int64_t r,
-                                       int64_t out, int64_t o) {
-  if constexpr (T == 8) {
-    __m512 lo[4][R], hi[4][R];
-    for (int t = 0; t < 4; ++t)
-      for (int i = 0; i < R; ++i) {
-        lo[t][i] = acc[t][i];
-        hi[t][i] = acc[4 + t][i];
-      }
-    store_sums<4, R>(lo, scale, y, r, out, o);
-    store_sums<4, R>(hi, scale, y, r, out, o + 4);
-  } else {
-    store_sums<T, R>(acc, scale, y, r, out, o);
-  }
+  static_assert(T % 4 == 0 || T == 1);
+  for (int i = 0; i < R; ++i)
+    for (int g = 0; g < (T == 1 ? 1 : T / 4); ++g) {
+      const int t0 = T == 1 ? 0 : 4 * g, step = T == 1 ? 0 : 1;
+      const __m128 v = _mm_mul_ps(
+          sum_lanes4(acc[t0][i], acc[t0 + step][i], acc[t0 + 2 * step][i], acc[t0 + 3 * step][i]),
+          _mm_set1_ps(scale));
+      float* dst = y + (r + i) * out + o + 4 * g;
+      if constexpr (T == 1)
+        *dst = _mm_cvtss_f32(v);
+      else
+        _mm_storeu_ps(dst, v);
+    }
 }
 
 // One super-chunk (16 blocks from block b0; nb < 16 only for the last, whose missing blocks get
@@ -210,7 +194,7 @@ DRAMA_AVX512_BF16 void nvfp4_tile(const LinearWeight& w, const uint16_t* xp, int
     nvfp4_super<T, R, false>(c, s, x, b0, 16, table, acc);
   }
   if (b0 < blocks) nvfp4_super<T, R, true>(c, s, x, b0, blocks - b0, table, acc);
-  store_columns<T, R>(acc, w.scale2, y, r, w.out, o);
+  store_sums<T, R>(acc, w.scale2, y, r, w.out, o);
 }
 
 template <int T>
