@@ -1,12 +1,24 @@
 // A fixed set of worker threads that run one data-parallel loop at a time. Work is split into
 // static contiguous chunks (one per thread, the caller taking the first), so which thread computes
-// an output never affects its value. Waiting blocks on condition variables: on small VMs two
-// vCPUs may share one core and spinning would steal the time the other thread needs.
+// an output never affects its value.
+//
+// Each worker has its own mailbox (one cache line): the caller posts a chunk into the mailboxes of
+// the workers it needs and waits for their done marks, so a small loop wakes only the threads it
+// uses. How an idle thread waits is the pool's wait mode:
+// - Spin: a worker spins (with pause) for kSpinNs after its last chunk before it sleeps on a
+//   futex, and the caller spins for its workers' done marks; a fork/join then costs about a
+//   microsecond instead of tens.
+// - Sleep: workers and the caller sleep on a futex at once. On small VMs two vCPUs can share one
+//   core, and a spinning thread steals the time the other needs.
+// The default (auto) spins when the process's affinity mask holds at least as many cores as the
+// pool has threads, and sleeps when the pool is oversubscribed; DRAMA_CPU_WAIT=spin|sleep forces
+// one (docs/cpu-backend.md has the measurements).
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -15,47 +27,75 @@ namespace drama::cpu {
 
 class ThreadPool {
  public:
-  // threads >= 1; 1 runs everything inline. min_work_per_thread: see the work overload of
-  // parallel_for (0 splits every loop as far as its grain allows, which tests use to exercise the
-  // split).
-  explicit ThreadPool(int threads, double min_work_per_thread = kMinWorkPerThread);
+  enum class Wait { Auto, Spin, Sleep };
+  // min_work_per_thread: see the work overload of parallel_for. kAutoSplit (the default) derives
+  // it from the fork/join cost measured once per process (spin) or uses kSleepMinWork (sleep); 0
+  // splits every loop as far as its grain allows, which tests use to exercise the split.
+  static constexpr double kAutoSplit = -1;
+  // threads >= 1; 1 runs everything inline.
+  explicit ThreadPool(int threads, double min_work_per_thread = kAutoSplit, Wait wait = Wait::Auto);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int threads() const { return threads_; }
+  Wait wait_mode() const { return wait_; }  // Spin or Sleep (never Auto)
+  double min_work_per_thread() const { return min_work_; }
+  // Median time of an empty parallel_for over every thread, measured at construction when the
+  // split is derived from it (else 0).
+  double fork_join_seconds() const { return fork_join_s_; }
 
   // Calls fn(begin, end) over [0, n) split into at most threads() contiguous chunks whose sizes
-  // are multiples of `grain` (except the last). Returns when every chunk is done. Calls from
-  // several host threads are serialised.
+  // are multiples of `grain` (except the last). Returns when every chunk is done; an exception
+  // thrown by the caller's chunk is rethrown after the workers finish. Calls from several host
+  // threads are serialised; fn must not call parallel_for itself.
   using Range = std::function<void(int64_t begin, int64_t end)>;
   void parallel_for(int64_t n, int64_t grain, const Range& fn);
-  // The same, but uses a worker only for each min_work_per_thread (default kMinWorkPerThread)
-  // units of work (work_per_item
-  // units per item, about the bytes an item touches): waking a sleeping worker costs 28 us on the
-  // 2-vCPU VMs when calls come back to back (measured: an empty two-thread parallel_for) and more
-  // after a longer sleep, so smaller loops run inline on the caller. 4 MiB: with 1 MiB the
-  // cpu-bench decode at 2 threads took 36.4 ms/frame, with 4 MiB 33.8, never splitting 34.1-34.6
-  // (and 1 thread 27.3). The split never changes a result.
-  static constexpr double kMinWorkPerThread = 1 << 22;
+  // The same, but uses a worker only for each min_work_per_thread units of work (work_per_item
+  // units per item, about the bytes an item touches), so loops too small to repay a fork/join run
+  // inline on the caller. The split never changes a result.
   void parallel_for(int64_t n, int64_t grain, double work_per_item, const Range& fn);
 
- private:
-  void worker(int index);
+  // Sleep mode's split: waking a sleeping worker costs 28 us on the 2-vCPU VMs when calls come
+  // back to back (measured: an empty two-thread parallel_for) and more after a longer sleep. With
+  // 1 MiB the cpu-bench decode at 2 threads took 36.4 ms/frame, with 4 MiB 33.8, never splitting
+  // 34.1-34.6 (and 1 thread 27.3).
+  static constexpr double kSleepMinWork = 1 << 22;
+  // Spin mode's split: a worker is used per kSplitFactor x (fork/join seconds) x
+  // kBytesPerSecondPerThread units of work, clamped to [kSpinMinWorkFloor, kSleepMinWork].
+  static constexpr double kBytesPerSecondPerThread = 10e9;
+  static constexpr double kSplitFactor = 2;
+  static constexpr double kSpinMinWorkFloor = 16 << 10;
+  // How long an idle worker spins before it sleeps (spin mode).
+  static constexpr int64_t kSpinNs = 200'000;
 
+ private:
+  struct alignas(64) Mailbox {
+    std::atomic<uint32_t> start{0};  // sequence number of the last chunk posted
+    std::atomic<uint32_t> done{0};   // sequence number of the last chunk finished
+    uint32_t posted = 0;             // the caller's copy of `start`
+    std::atomic<bool> worker_sleeping{false};
+    std::atomic<bool> caller_sleeping{false};
+    const Range* fn = nullptr;  // written before `start`, read after it
+    int64_t begin = 0, end = 0;
+  };
+
+  void worker(int index);
   void run(int64_t n, int64_t grain, int64_t max_parts, const Range& fn);
+  uint32_t post(Mailbox& m);  // returns the chunk's sequence number
+  void wait_done(Mailbox& m, uint32_t sequence);
+  static constexpr int64_t kMaxStackParts = 64;
+  void calibrate();
 
   int threads_;
+  Wait wait_;
   double min_work_;
+  double fork_join_s_ = 0;
+  int64_t spin_ns_;
+  std::unique_ptr<Mailbox[]> mail_;  // [threads_]; index 0 unused (the caller)
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
-  std::mutex mutex_;
-  std::condition_variable start_cv_, done_cv_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  const Range* fn_ = nullptr;
-  int64_t n_ = 0, chunk_ = 0;
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace drama::cpu
