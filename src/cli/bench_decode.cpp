@@ -144,7 +144,8 @@ int run_decode(const DecodeOptions& o) {
     model.reset_timing();
     for (uint64_t seed = 1; model.timing().frames < o.frames && seed < 1000; ++seed) {
       g.seed = seed;
-      g.max_frames = o.frames - model.timing().frames;
+      // Each generation's first frame comes out of its prefill step, which the timing leaves out.
+      g.max_frames = o.frames - model.timing().frames + 1;
       model.generate(cond, single ? nullptr : &uncond, g, {});
     }
     if (model.timing().frames == 0) throw Error("bench decode: no frame was generated");

@@ -43,8 +43,9 @@ CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work, ThreadPool::
 }
 
 std::string CpuBackend::name() const {
-  return "cpu (" + std::string(isa_name(isa_)) + ", " + std::to_string(threads()) +
-         (threads() == 1 ? " thread)" : " threads)");
+  if (threads() == 1) return "cpu (" + std::string(isa_name(isa_)) + ", 1 thread)";
+  return "cpu (" + std::string(isa_name(isa_)) + ", " + std::to_string(threads()) + " threads, " +
+         (pool_.wait_mode() == ThreadPool::Wait::Spin ? "spin" : "sleep") + " wait)";
 }
 
 std::unique_ptr<DeviceBuffer> CpuBackend::alloc_impl(size_t bytes) {
