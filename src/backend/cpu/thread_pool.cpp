@@ -80,6 +80,7 @@ ThreadPool::ThreadPool(int threads, double min_work_per_thread, Wait wait)
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   for (int i = 1; i < threads_; ++i) post(mail_[i]);
+  wake_sleepers(threads_);
   for (auto& t : workers_) t.join();
 }
 
@@ -120,12 +121,17 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, double work_per_item, co
 }
 
 uint32_t ThreadPool::post(Mailbox& m) {
-  // Sequentially consistent store then load, against the worker's store of worker_sleeping and
-  // load of start: either the worker sees this chunk before it sleeps, or we see it asleep.
   const uint32_t sequence = ++m.posted;
-  m.start.store(sequence);
-  if (m.worker_sleeping.load()) m.start.notify_one();
+  m.start.store(sequence, std::memory_order_release);
   return sequence;
+}
+
+void ThreadPool::wake_sleepers(int64_t parts) {
+  // Against the worker's store of worker_sleeping, fence, load of start: either the worker sees
+  // its chunk before it sleeps, or we see it asleep. One fence for all the chunks posted.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int64_t i = 1; i < parts; ++i)
+    if (mail_[i].worker_sleeping.load(std::memory_order_relaxed)) mail_[i].start.notify_one();
 }
 
 void ThreadPool::wait_done(Mailbox& m, uint32_t sequence) {
@@ -146,8 +152,17 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t max_parts, const Range& f
     return;
   }
   std::lock_guard call(call_mutex_);
-  const int64_t chunk = (grains + parts - 1) / parts * grain;
-  parts = (n + chunk - 1) / chunk;  // rounding up the chunk can leave the last parts empty
+  // Chunks are claimed from a shared counter, several per participant on small pools: a thread
+  // that is preempted (a busy VM) or slow to wake leaves its share to the others instead of
+  // holding up the call. Which thread computes a chunk never changes a value.
+  const int64_t per_part = parts <= 4 ? 4 : 2;
+  const int64_t chunk_grains = std::max<int64_t>(1, grains / (parts * per_part));
+  fn_ = &fn;
+  n_ = n;
+  chunk_ = chunk_grains * grain;
+  chunks_ = (n + chunk_ - 1) / chunk_;
+  parts = std::min(parts, chunks_);
+  next_chunk_.store(0, std::memory_order_relaxed);
   uint32_t sequence[kMaxStackParts];
   std::vector<uint32_t> more;
   uint32_t* seq = sequence;
@@ -155,21 +170,32 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t max_parts, const Range& f
     more.resize(static_cast<size_t>(parts));
     seq = more.data();
   }
-  for (int64_t i = 1; i < parts; ++i) {
-    Mailbox& m = mail_[i];
-    m.fn = &fn;
-    m.begin = i * chunk;
-    m.end = std::min(n, (i + 1) * chunk);
-    seq[i] = post(m);
-  }
+  for (int64_t i = 1; i < parts; ++i) seq[i] = post(mail_[i]);
+  wake_sleepers(parts);
   std::exception_ptr error;
   try {
-    fn(0, std::min(n, chunk));
+    run_chunks();
   } catch (...) {
     error = std::current_exception();
+    next_chunk_.store(chunks_, std::memory_order_relaxed);  // the others stop taking chunks
   }
-  for (int64_t i = 1; i < parts; ++i) wait_done(mail_[i], seq[i]);
+  // A worker that has not claimed its call yet never will: the caller takes the claim back and
+  // does not wait for it. One that has is waited for.
+  for (int64_t i = 1; i < parts; ++i) {
+    uint32_t expected = seq[i] - 1;
+    if (!mail_[i].claimed.compare_exchange_strong(expected, seq[i], std::memory_order_acq_rel))
+      wait_done(mail_[i], seq[i]);
+  }
+  fn_ = nullptr;
   if (error) std::rethrow_exception(error);
+}
+
+void ThreadPool::run_chunks() {
+  for (;;) {
+    const int64_t c = next_chunk_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= chunks_) return;
+    (*fn_)(c * chunk_, std::min(n_, (c + 1) * chunk_));
+  }
 }
 
 void ThreadPool::worker(int index) {
@@ -179,13 +205,18 @@ void ThreadPool::worker(int index) {
     uint32_t g;
     if (!spin_until([&] { return (g = m.start.load(std::memory_order_acquire)) != seen; },
                     spin_ns_)) {
-      m.worker_sleeping.store(true);
-      while ((g = m.start.load()) == seen) m.start.wait(seen);
+      m.worker_sleeping.store(true, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // see wake_sleepers
+      while ((g = m.start.load(std::memory_order_acquire)) == seen)
+        m.start.wait(seen, std::memory_order_acquire);
       m.worker_sleeping.store(false, std::memory_order_relaxed);
     }
     seen = g;
     if (stop_.load(std::memory_order_acquire)) return;
-    (*m.fn)(m.begin, m.end);
+    // Claim the call; failing means the caller finished without us and took it back.
+    uint32_t expected = g - 1;
+    if (!m.claimed.compare_exchange_strong(expected, g, std::memory_order_acq_rel)) continue;
+    run_chunks();
     m.done.store(g);
     if (m.caller_sleeping.load()) m.done.notify_one();
   }

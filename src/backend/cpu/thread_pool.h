@@ -1,10 +1,13 @@
 // A fixed set of worker threads that run one data-parallel loop at a time. Work is split into
-// static contiguous chunks (one per thread, the caller taking the first), so which thread computes
-// an output never affects its value.
+// contiguous chunks whose size depends only on the loop and the number of participants; the
+// participants (the caller and the workers it posts to) take chunks from a shared counter, so
+// which thread computes an output never affects its value.
 //
-// Each worker has its own mailbox (one cache line): the caller posts a chunk into the mailboxes of
-// the workers it needs and waits for their done marks, so a small loop wakes only the threads it
-// uses. How an idle thread waits is the pool's wait mode:
+// Each worker has its own mailbox (one cache line): the caller posts the call into the mailboxes
+// of the workers it needs, so a small loop wakes only the threads it uses. A worker claims the call
+// when it wakes; once the caller has run out of chunks it takes back every claim not yet made and
+// waits only for the workers that did claim, so a preempted or sleeping worker never holds a call
+// up. How an idle thread waits is the pool's wait mode:
 // - Spin: a worker spins (with pause) for kSpinNs after its last chunk before it sleeps on a
 //   futex, and the caller spins for its workers' done marks; a fork/join then costs about a
 //   microsecond instead of tens.
@@ -45,10 +48,11 @@ class ThreadPool {
   // split is derived from it (else 0).
   double fork_join_seconds() const { return fork_join_s_; }
 
-  // Calls fn(begin, end) over [0, n) split into at most threads() contiguous chunks whose sizes
-  // are multiples of `grain` (except the last). Returns when every chunk is done; an exception
-  // thrown by the caller's chunk is rethrown after the workers finish. Calls from several host
-  // threads are serialised; fn must not call parallel_for itself.
+  // Calls fn(begin, end) over [0, n) split into contiguous chunks whose sizes are multiples of
+  // `grain` (except the last), run by at most threads() threads. Returns when every chunk is
+  // done; an exception thrown on the caller's thread stops the handing out of chunks and is
+  // rethrown once the workers are done. Calls from several host threads are serialised; fn must
+  // not call parallel_for itself.
   using Range = std::function<void(int64_t begin, int64_t end)>;
   void parallel_for(int64_t n, int64_t grain, const Range& fn);
   // The same, but uses a worker only for each min_work_per_thread units of work (work_per_item
@@ -71,18 +75,19 @@ class ThreadPool {
 
  private:
   struct alignas(64) Mailbox {
-    std::atomic<uint32_t> start{0};  // sequence number of the last chunk posted
-    std::atomic<uint32_t> done{0};   // sequence number of the last chunk finished
-    uint32_t posted = 0;             // the caller's copy of `start`
+    std::atomic<uint32_t> start{0};    // sequence number of the last call posted to this worker
+    std::atomic<uint32_t> claimed{0};  // the last call claimed, by the worker or taken back
+    std::atomic<uint32_t> done{0};     // the last call the worker finished
+    uint32_t posted = 0;               // the caller's copy of `start`
     std::atomic<bool> worker_sleeping{false};
     std::atomic<bool> caller_sleeping{false};
-    const Range* fn = nullptr;  // written before `start`, read after it
-    int64_t begin = 0, end = 0;
   };
 
   void worker(int index);
+  void run_chunks();  // takes chunks of the current call until none are left
   void run(int64_t n, int64_t grain, int64_t max_parts, const Range& fn);
-  uint32_t post(Mailbox& m);  // returns the chunk's sequence number
+  uint32_t post(Mailbox& m);          // returns the chunk's sequence number
+  void wake_sleepers(int64_t parts);  // after posting to mailboxes 1..parts-1
   void wait_done(Mailbox& m, uint32_t sequence);
   static constexpr int64_t kMaxStackParts = 64;
   void calibrate();
@@ -96,6 +101,10 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
   std::atomic<bool> stop_{false};
+  // The current call, written before its mailboxes are posted.
+  const Range* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 0, chunks_ = 0;
+  alignas(64) std::atomic<int64_t> next_chunk_{0};
 };
 
 }  // namespace drama::cpu
