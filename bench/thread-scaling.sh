@@ -129,8 +129,15 @@ for path in sorted(glob.glob(os.path.join(tmp, "*.json"))):
     kind, wait, t, _ = name.split("-")
     runs.setdefault((kind, wait, int(t)), []).append(json.load(open(path)))
 
+def value(r, key):
+    # bench decode before --lanes said *_per_frame; with --lanes it says *_per_step (one lane:
+    # the same figure).
+    if key in r:
+        return r[key]
+    return r[key.replace("_per_frame", "_per_step")]
+
 def med(rs, key):
-    return statistics.median(r[key] for r in rs)
+    return statistics.median(value(r, key) for r in rs)
 
 table = []
 for wait in waits.split():
@@ -150,9 +157,14 @@ for wait in waits.split():
             row["speedup_vs_1_thread"] = med(base, "per_frame_ms") / row["per_frame_ms"]
         table.append(row)
 lanes = {}
-for (kind, wait, t), rs in runs.items():
-    if kind.startswith("lanes"):
-        lanes[f"{kind}-{wait}-{t}threads"] = rs
+for wait in waits.split():
+    one, four = runs.get(("lanes1", wait, 1)), runs.get(("lanes4", wait, 8))
+    if one and four:
+        a, b = med(one, "aggregate_frames_per_s"), med(four, "aggregate_frames_per_s")
+        lanes[wait] = {"lanes1_threads1_frames_per_s": a, "lanes4_threads8_frames_per_s": b,
+                       "ratio": b / a,
+                       "read_gb_s": [statistics.median(r["memory"]["read_gb_s"] for r in rs)
+                                     for rs in (one, four)]}
 receipt = {
     "bench": "thread-scaling",
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -168,11 +180,14 @@ receipt = {
     "note": "per_frame_ms: median over rounds of each run's median sample (bench decode); "
             "speedup_vs_1_thread: 1-thread per_frame_ms / this row's, same wait mode; read_gb_s: "
             "the read bandwidth bench decode measured beside the decode, same thread count. "
-            "backend names the wait mode the pool chose (spin or sleep)."}
+            "backend names the wait mode the pool chose (spin or sleep). lanes: aggregate frames "
+            "per second of 4 lanes at 8 threads over 1 lane at 1 thread (medians over rounds)."}
 os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
 json.dump(receipt, open(out, "w"), indent=1)
 for row in table:
     print(f"{row['wait']:>5} {row['threads']:>2} threads: {row['per_frame_ms']:7.2f} ms/frame"
           f"  x{row.get('speedup_vs_1_thread', float('nan')):.2f}  read {row['read_gb_s']:.1f} GB/s")
+for wait, l in lanes.items():
+    print(f"{wait:>5} 4 lanes at 8 threads / 1 lane at 1 thread: x{l['ratio']:.2f} aggregate frames/s")
 print("receipt:", out)
 PY
