@@ -62,8 +62,9 @@ std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault) {
     c.nmse_limit = 32 * (terms + 1) * kU32 * kU32;
     c.input_norms = {l2(*x), l2(*w)};
     c.run = [x, w, b, sh, out_len](Backend& be, int64_t, int64_t, float* out) {
-      be.conv1d(x->data(), sh.in, sh.len, w->data(), sh.bias ? b->data() : nullptr, sh.out,
-                sh.kernel, sh.stride, sh.dilation, sh.groups, out, out_len);
+      DeviceCopies d(be);
+      be.conv1d(d.in(*x), sh.in, sh.len, d.in(*w), sh.bias ? d.in(*b) : nullptr, sh.out, sh.kernel,
+                sh.stride, sh.dilation, sh.groups, out, out_len);
       return true;
     };
     cases.push_back(std::move(c));
@@ -123,8 +124,9 @@ std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault) {
     c.nmse_limit = 32 * (terms + 1) * kU32 * kU32;
     c.input_norms = {l2(*x), l2(*w)};
     c.run = [x, w, b, sh](Backend& be, int64_t, int64_t, float* out) {
-      be.conv_transpose1d(x->data(), sh.in, sh.len, w->data(), sh.bias ? b->data() : nullptr,
-                          sh.out, sh.kernel, sh.stride, sh.groups, out);
+      DeviceCopies d(be);
+      be.conv_transpose1d(d.in(*x), sh.in, sh.len, d.in(*w), sh.bias ? d.in(*b) : nullptr, sh.out,
+                          sh.kernel, sh.stride, sh.groups, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -154,7 +156,8 @@ KernelCase elementwise_case(
   c.input_norms = {l2(*x)};
   const int64_t re = c.row_elems;
   c.run = [x, call, re](Backend& b, int64_t r0, int64_t n, float* out) {
-    call(b, x->data() + r0 * re, n * re, out);
+    DeviceCopies d(b);
+    call(b, d.in(*x) + r0 * re, n * re, out);
     return true;
   };
   return c;
@@ -245,8 +248,8 @@ std::vector<KernelCase> layer_norm_cases(uint64_t seed, Fault) {
     c.nmse_limit = t * t;
     c.input_norms = {l2(*x), l2(*w), l2(*b)};
     c.run = [x, w, b, dim, eps](Backend& be, int64_t r0, int64_t n, float* out) {
-      be.layer_norm(x->data() + r0 * dim, w->data(), b->data(), n, dim, static_cast<float>(eps),
-                    out);
+      DeviceCopies d(be);
+      be.layer_norm(d.in(*x) + r0 * dim, d.in(*w), d.in(*b), n, dim, static_cast<float>(eps), out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -272,7 +275,8 @@ std::vector<KernelCase> scale_rows_cases(uint64_t seed, Fault) {
     }
   c.input_norms = {l2(*x), l2(*sc)};
   c.run = [=](Backend& b, int64_t r0, int64_t n, float* out) {
-    b.scale_rows(x->data() + r0 * dim, sc->data(), n, dim, out);
+    DeviceCopies d(b);
+    b.scale_rows(d.in(*x) + r0 * dim, d.in(*sc), n, dim, out);
     return true;
   };
   return {c};
@@ -297,7 +301,8 @@ std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault) {
     }
   c.input_norms = {l2(*cb)};
   c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
-    b.vq_decode(cb->data(), dim, codes->data() + r0, cnt, out);
+    DeviceCopies d(b);
+    b.vq_decode(d.in(*cb), dim, d.in(*codes) + r0, cnt, out);
     return true;
   };
   return {c};
@@ -352,7 +357,11 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault) {
   c.input_norms = {l2(*cb), l2(*x)};
   c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
     std::vector<int32_t> ids(static_cast<size_t>(cnt), INT32_MIN);
-    b.vq_encode(cb->data(), size, dim, x->data() + r0 * dim, cnt, ids.data());
+    {
+      DeviceCopies d(b);
+      b.vq_encode(d.in(*cb), size, dim, d.in(*x) + r0 * dim, cnt, d.output(ids.data(), ids.size()));
+      d.finish();
+    }
     std::vector<float> f(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
       f[i] = ids[i] == INT32_MIN ? std::numeric_limits<float>::quiet_NaN() : float(ids[i]);
@@ -373,8 +382,12 @@ Limit conv1d_limit() {
   l.time_call = [=](Backend& b) {
     Rng rng(11);
     std::vector<float> x = rng.normals(in * len), w = rng.normals(out * in * k), y(out * (len - 2));
+    DeviceCopies d(b);
+    const float *xd = d.in(x), *wd = d.in(w);
+    float* yd = d.in(y);
     return median_seconds(3, [&] {
-      b.conv1d(x.data(), in, len, w.data(), nullptr, out, k, 1, 1, 1, y.data(), len - 2);
+      b.conv1d(xd, in, len, wd, nullptr, out, k, 1, 1, 1, yd, len - 2);
+      b.synchronize();
     });
   };
   return l;
@@ -392,8 +405,12 @@ Limit conv_transpose1d_limit() {
     Rng rng(13);
     std::vector<float> x = rng.normals(in * len), w = rng.normals(in * out * k),
                        y(out * ((len - 1) * s + k));
+    DeviceCopies d(b);
+    const float *xd = d.in(x), *wd = d.in(w);
+    float* yd = d.in(y);
     return median_seconds(3, [&] {
-      b.conv_transpose1d(x.data(), in, len, w.data(), nullptr, out, k, s, 1, y.data());
+      b.conv_transpose1d(xd, in, len, wd, nullptr, out, k, s, 1, yd);
+      b.synchronize();
     });
   };
   return l;

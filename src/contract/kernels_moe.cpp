@@ -151,8 +151,13 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
       const int64_t k = fault == Fault::OffByOneTopk ? sh.k + 1 : sh.k;
       IntOut idx(n * k);
       std::vector<float> w(static_cast<size_t>(n * k), std::numeric_limits<float>::quiet_NaN());
-      b.route_topk(logits->data() + r0 * stride, n, stride, column->data(), orig->data(), sh.stored,
-                   k, sh.norm, idx.data(), w.data());
+      {
+        DeviceCopies d(b);
+        int32_t* idx_dev = d.output(idx.buf.data(), idx.buf.size()) + 8;
+        b.route_topk(d.in(*logits) + r0 * stride, n, stride, d.in(*column), d.in(*orig), sh.stored,
+                     k, sh.norm, idx_dev, d.output(w.data(), w.size()));
+        d.finish();
+      }
       std::vector<float> host(static_cast<size_t>(n * 2 * sh.k));
       for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < sh.k; ++j) {
@@ -203,7 +208,8 @@ std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault) {
     c.input_norms = {l2(*e), l2(*w), l2(*y)};
     c.run = [e, w, y, k, dim](Backend& b, int64_t r0, int64_t n, float* out) {
       stage(b, out, y->data() + r0 * dim, n * dim);
-      b.expert_combine(e->data() + r0 * k * dim, w->data() + r0 * k, n, k, dim, out);
+      DeviceCopies d(b);
+      b.expert_combine(d.in(*e) + r0 * k * dim, d.in(*w) + r0 * k, n, k, dim, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -235,7 +241,8 @@ std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault) {
     c.nmse_limit = 64 * kU32 * kU32;
     c.input_norms = {l2(*cond), l2(*unc)};
     c.run = [cond, unc, g](Backend& b, int64_t r0, int64_t rows, float* out) {
-      b.guidance_combine(cond->data() + r0 * kSliceLen, unc->data() + r0 * kSliceLen,
+      DeviceCopies d(b);
+      b.guidance_combine(d.in(*cond) + r0 * kSliceLen, d.in(*unc) + r0 * kSliceLen,
                          rows * kSliceLen, g, out);
       return true;
     };
@@ -317,8 +324,10 @@ std::vector<KernelCase> sample_cases(uint64_t seed, Fault) {
     c.run = [logits, sh, key](Backend& b, int64_t r0, int64_t n, float* out) {
       std::vector<float> ids(static_cast<size_t>(n));
       const SamplingParams p{sh.temperature, sh.top_k, sh.top_p};
+      DeviceCopies d(b);
+      const float* dev = d.in(*logits);
       for (int64_t r = 0; r < n; ++r)
-        ids[r] = static_cast<float>(b.sample(logits->data() + (r0 + r) * sh.vocab, sh.vocab, p, key,
+        ids[r] = static_cast<float>(b.sample(dev + (r0 + r) * sh.vocab, sh.vocab, p, key,
                                              uint64_t(r0 + r), uint64_t((r0 + r) % 8)));
       stage(b, out, ids.data(), n);
       return true;
@@ -357,8 +366,10 @@ std::vector<KernelCase> has_non_finite_cases(uint64_t seed, Fault) {
   c.input_norms = {l2(*x)};
   c.run = [=](Backend& b, int64_t r0, int64_t count, float* out) {
     std::vector<float> flags(static_cast<size_t>(count));
+    DeviceCopies d(b);
+    const float* dev = d.in(*x);
     for (int64_t r = 0; r < count; ++r)
-      flags[r] = b.has_non_finite(x->data() + (r0 + r) * n, n) ? 1.0f : 0.0f;
+      flags[r] = b.has_non_finite(dev + (r0 + r) * n, n) ? 1.0f : 0.0f;
     stage(b, out, flags.data(), count);
     return true;
   };
@@ -378,8 +389,14 @@ Limit small_kernel_limit(const char* kernel) {
       std::vector<float> lg = rng.normals(256), w(16);
       std::vector<int32_t> col(128), idx(16);
       std::iota(col.begin(), col.end(), 0);
+      DeviceCopies d(b);
+      const float* lgd = d.in(lg);
+      const int32_t* cold = d.in(col);
+      int32_t* idxd = d.in(idx);
+      float* wd = d.in(w);
       return median_seconds(21, [&] {
-        b.route_topk(lg.data(), 2, 128, col.data(), col.data(), 128, 8, true, idx.data(), w.data());
+        b.route_topk(lgd, 2, 128, cold, cold, 128, 8, true, idxd, wd);
+        b.synchronize();
       });
     };
   } else if (name == "sample") {
@@ -388,9 +405,9 @@ Limit small_kernel_limit(const char* kernel) {
     l.time_call = [](Backend& b) {
       Rng rng(9);
       std::vector<float> lg = rng.normals(2049);
-      return median_seconds(21, [&] {
-        (void)b.sample(lg.data(), 2049, {0.9f, 50, 1.0f}, 1, 2, 3);
-      });
+      DeviceCopies d(b);
+      const float* lgd = d.in(lg);
+      return median_seconds(21, [&] { (void)b.sample(lgd, 2049, {0.9f, 50, 1.0f}, 1, 2, 3); });
     };
   } else if (name == "expert_combine") {
     l.size = "rows=2 k=8 dim=2048";
@@ -398,8 +415,13 @@ Limit small_kernel_limit(const char* kernel) {
     l.time_call = [](Backend& b) {
       Rng rng(9);
       std::vector<float> e = rng.normals(2 * 8 * 2048), w = rng.normals(16), y(2 * 2048);
-      return median_seconds(21,
-                            [&] { b.expert_combine(e.data(), w.data(), 2, 8, 2048, y.data()); });
+      DeviceCopies d(b);
+      const float *ed = d.in(e), *wd = d.in(w);
+      float* yd = d.in(y);
+      return median_seconds(21, [&] {
+        b.expert_combine(ed, wd, 2, 8, 2048, yd);
+        b.synchronize();
+      });
     };
   } else if (name == "embed_sum") {
     l.size = "rows=2 ids=8 dim=2048";
@@ -410,7 +432,14 @@ Limit small_kernel_limit(const char* kernel) {
       std::vector<int32_t> ids(16);
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 3 % 64);
       std::vector<float> o(2 * 2048);
-      return median_seconds(21, [&] { b.embed_sum(t.data(), 2048, ids.data(), 2, 8, o.data()); });
+      DeviceCopies d(b);
+      const uint16_t* td = d.in(t);
+      const int32_t* idsd = d.in(ids);
+      float* od = d.in(o);
+      return median_seconds(21, [&] {
+        b.embed_sum(td, 2048, idsd, 2, 8, od);
+        b.synchronize();
+      });
     };
   } else if (name == "vq_encode" || name == "vq_decode") {
     l.size = "codebook=2048x256 n=8";
@@ -421,11 +450,16 @@ Limit small_kernel_limit(const char* kernel) {
       Rng rng(9);
       std::vector<float> cb = rng.normals(2048 * 256), x = rng.normals(8 * 256), o(8 * 256);
       std::vector<int32_t> codes(8, 5);
+      DeviceCopies d(b);
+      const float *cbd = d.in(cb), *xd = d.in(x);
+      float* od = d.in(o);
+      int32_t* codesd = d.in(codes);
       return median_seconds(9, [&] {
         if (encode)
-          b.vq_encode(cb.data(), 2048, 256, x.data(), 8, codes.data());
+          b.vq_encode(cbd, 2048, 256, xd, 8, codesd);
         else
-          b.vq_decode(cb.data(), 256, codes.data(), 8, o.data());
+          b.vq_decode(cbd, 256, codesd, 8, od);
+        b.synchronize();
       });
     };
   }

@@ -1,4 +1,4 @@
-// The CPU registry: every kernel of backend.h with its cases, tolerance reasoning and limit, and
+// The registry: every kernel of backend.h with its cases, tolerance reasoning and limit, and
 // the planted controls (spec contract.md).
 #include "contract/contract.h"
 #include "contract/kernels.h"
@@ -19,7 +19,7 @@ KernelSpec kernel(const char* name, const char* family, const char* why, Builder
 
 }  // namespace
 
-Registry cpu_registry() {
+Registry kernel_registry() {
   Registry r;
   r.kernels = {
       kernel("linear_nvfp4", "matmul", "gamma_{k+2} sum|x w| per element; NMSE 32 k u^2",
@@ -93,7 +93,7 @@ Registry cpu_registry() {
 
 std::vector<std::string> covered_backend_methods() {
   std::vector<std::string> names;
-  for (const KernelSpec& k : cpu_registry().kernels) {
+  for (const KernelSpec& k : kernel_registry().kernels) {
     std::string n = k.name;
     if (n == "linear_nvfp4" || n == "linear_bf16") n = "linear";
     if (names.empty() || names.back() != n) names.push_back(n);

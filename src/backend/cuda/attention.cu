@@ -8,7 +8,7 @@ namespace drama::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;       // positions per chunk; value dimensions per pass
+constexpr int kThreads = 128;  // positions per chunk; value dimensions per pass
 constexpr int kMaxHeadDim = 2 * kThreads;
 
 __device__ float score(const float* qv, const float* kv, int64_t head_dim, float scale) {

@@ -9,11 +9,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void conv1d_kernel(const float* __restrict__ x, int64_t len,
-                              const float* __restrict__ w, const float* __restrict__ bias,
-                              int64_t out_ch, int64_t in_per_group, int64_t out_per_group,
-                              int64_t kernel, int64_t stride, int64_t dilation,
-                              float* __restrict__ y, int64_t out_len) {
+__global__ void conv1d_kernel(const float* __restrict__ x, int64_t len, const float* __restrict__ w,
+                              const float* __restrict__ bias, int64_t out_ch, int64_t in_per_group,
+                              int64_t out_per_group, int64_t kernel, int64_t stride,
+                              int64_t dilation, float* __restrict__ y, int64_t out_len) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= out_ch * out_len) return;
   const int64_t o = e / out_len, t = e % out_len, g = o / out_per_group;
@@ -21,15 +20,13 @@ __global__ void conv1d_kernel(const float* __restrict__ x, int64_t len,
   const float* wo = w + o * in_per_group * kernel;
   float acc = bias ? bias[o] : 0.0f;
   for (int64_t c = 0; c < in_per_group; ++c)
-    for (int64_t j = 0; j < kernel; ++j)
-      acc += wo[c * kernel + j] * xg[c * len + j * dilation];
+    for (int64_t j = 0; j < kernel; ++j) acc += wo[c * kernel + j] * xg[c * len + j * dilation];
   y[e] = acc;
 }
 
 __global__ void conv_transpose1d_kernel(const float* __restrict__ x, int64_t len,
-                                        const float* __restrict__ w,
-                                        const float* __restrict__ bias, int64_t out_ch,
-                                        int64_t in_per_group, int64_t out_per_group,
+                                        const float* __restrict__ w, const float* __restrict__ bias,
+                                        int64_t out_ch, int64_t in_per_group, int64_t out_per_group,
                                         int64_t kernel, int64_t stride, float* __restrict__ y,
                                         int64_t out_len) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -73,8 +70,7 @@ __global__ void layer_norm_kernel(const float* x, const float* __restrict__ w,
   sum = block_sum(sum, scratch);
   const double mean = sum / static_cast<double>(dim);
   double var = 0.0;
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
-    var += (xr[d] - mean) * (xr[d] - mean);
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) var += (xr[d] - mean) * (xr[d] - mean);
   var = block_sum(var, scratch);
   const float m = static_cast<float>(mean);
   const float inv = static_cast<float>(1.0 / sqrt(var / static_cast<double>(dim) + eps));
@@ -120,8 +116,8 @@ __global__ void vq_encode_kernel(const float* __restrict__ codebook, int64_t siz
       const float od = best_dist[threadIdx.x + width];
       const int32_t oi = best_index[threadIdx.x + width];
       const int32_t mi = best_index[threadIdx.x];
-      if (oi >= 0 && (mi < 0 || od < best_dist[threadIdx.x] ||
-                      (od == best_dist[threadIdx.x] && oi < mi))) {
+      if (oi >= 0 &&
+          (mi < 0 || od < best_dist[threadIdx.x] || (od == best_dist[threadIdx.x] && oi < mi))) {
         best_dist[threadIdx.x] = od;
         best_index[threadIdx.x] = oi;
       }
@@ -192,7 +188,8 @@ void launch_vq_decode(const float* codebook, int64_t dim, const int32_t* codes, 
 void launch_vq_encode(const float* codebook, int64_t size, int64_t dim, const float* x, int64_t n,
                       int32_t* codes, cudaStream_t stream) {
   if (n <= 0) return;
-  vq_encode_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(codebook, size, dim, x, codes);
+  vq_encode_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(codebook, size, dim, x,
+                                                                      codes);
   check_launch("vq_encode");
 }
 

@@ -117,14 +117,14 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
   const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
   const unsigned threads = 32 * kWarpsPerBlock;
   if (w.format == WeightFormat::NVFP4) {
-    nvfp4_linear_kernel<<<grid, threads, 0, stream>>>(static_cast<const uint8_t*>(w.data),
-                                                      w.scales, w.scale2, x, rows, w.in, w.out, y);
+    nvfp4_linear_kernel<<<grid, threads, 0, stream>>>(static_cast<const uint8_t*>(w.data), w.scales,
+                                                      w.scale2, x, rows, w.in, w.out, y);
   } else if (w.in % 8 == 0) {
-    bf16_linear_kernel<true>
-        <<<grid, threads, 0, stream>>>(static_cast<const uint16_t*>(w.data), x, rows, w.in, w.out, y);
+    bf16_linear_kernel<true><<<grid, threads, 0, stream>>>(static_cast<const uint16_t*>(w.data), x,
+                                                           rows, w.in, w.out, y);
   } else {
-    bf16_linear_kernel<false>
-        <<<grid, threads, 0, stream>>>(static_cast<const uint16_t*>(w.data), x, rows, w.in, w.out, y);
+    bf16_linear_kernel<false><<<grid, threads, 0, stream>>>(static_cast<const uint16_t*>(w.data), x,
+                                                            rows, w.in, w.out, y);
   }
   check_launch("linear");
 }

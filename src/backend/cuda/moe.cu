@@ -89,7 +89,7 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
                            int64_t dim, float* y, cudaStream_t stream) {
   if (rows * dim <= 0) return;
   expert_combine_kernel<<<blocks_for(rows * dim, 256), 256, 0, stream>>>(expert_out, weight, rows,
-                                                                          k, dim, y);
+                                                                         k, dim, y);
   check_launch("expert_combine");
 }
 

@@ -10,8 +10,8 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim,
-                                 const int32_t* __restrict__ ids, int64_t rows,
-                                 int64_t ids_per_row, float* __restrict__ out) {
+                                 const int32_t* __restrict__ ids, int64_t rows, int64_t ids_per_row,
+                                 float* __restrict__ out) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * dim) return;
   const int64_t r = t / dim, d = t % dim;
@@ -28,8 +28,7 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
   double sum = 0.0;
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
-    sum += static_cast<double>(xr[d]) * xr[d];
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) sum += static_cast<double>(xr[d]) * xr[d];
   sum = block_sum(sum, scratch);
   const float mean = static_cast<float>(sum / static_cast<double>(dim));
   const float inv = 1.0f / sqrtf(mean + eps);
