@@ -10,6 +10,7 @@ namespace {
 
 constexpr int kThreads = 128;  // positions per chunk; value dimensions per pass
 constexpr int kMaxHeadDim = 2 * kThreads;
+constexpr int kSplits = 16;  // blocks per (row, head): a fixed split, whatever the batch
 
 __device__ float score(const float* qv, const float* kv, int64_t head_dim, float scale) {
   constexpr int kLanes = 16;
@@ -25,15 +26,21 @@ __device__ float score(const float* qv, const float* kv, int64_t head_dim, float
   return dot * scale;
 }
 
-__global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ positions,
-                                 const float* __restrict__ k_cache,
-                                 const float* __restrict__ v_cache, int64_t n_heads,
-                                 int64_t n_kv_heads, int64_t head_dim, int64_t window, float scale,
-                                 float* __restrict__ out) {
+// Split s of (row, head) t takes the chunks c = s, s + kSplits, ... of kThreads positions of the
+// row's span, in increasing c, with a running maximum m, exp-sum l and value sums acc (each
+// chunk: scores, the chunk's exact maximum, rescaling by exp(m_old - m_new), the chunk's
+// exponentials summed in a fixed tree, each value dimension summed in increasing position).
+// It writes (m, l, acc) to partial[t][s].
+__global__ void attention_split_kernel(const float* __restrict__ q,
+                                       const int32_t* __restrict__ positions,
+                                       const float* __restrict__ k_cache,
+                                       const float* __restrict__ v_cache, int64_t n_heads,
+                                       int64_t n_kv_heads, int64_t head_dim, int64_t window,
+                                       float scale, float* __restrict__ partial) {
   __shared__ float p[kThreads];
   __shared__ float scratch[32];
-  __shared__ float total;
   const int64_t t = blockIdx.x;  // row * n_heads + head
+  const int split = blockIdx.y;
   const int64_t r = t / n_heads, h = t % n_heads, kvh = h / (n_heads / n_kv_heads);
   const int64_t last = positions[r];
   const int64_t first = window > 0 ? (last - window + 1 > 0 ? last - window + 1 : 0) : 0;
@@ -42,55 +49,93 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
   const float* kbase = k_cache + kvh * head_dim;
   const float* vbase = v_cache + kvh * head_dim;
 
-  float max = -__int_as_float(0x7f800000);
-  for (int64_t j = first + threadIdx.x; j <= last; j += kThreads)
-    max = fmaxf(max, score(qv, kbase + j * kv_stride, head_dim, scale));
-  max = block_max(max, scratch);
-
+  float m = -__int_as_float(0x7f800000), l = 0.0f;
   float acc[2] = {0.0f, 0.0f};
-  if (threadIdx.x == 0) total = 0.0f;
-  for (int64_t j0 = first; j0 <= last; j0 += kThreads) {
+  for (int64_t j0 = first + static_cast<int64_t>(split) * kThreads; j0 <= last;
+       j0 += static_cast<int64_t>(kSplits) * kThreads) {
     const int64_t j = j0 + threadIdx.x;
     const int64_t n = last - j0 + 1 < kThreads ? last - j0 + 1 : kThreads;
+    const float sc =
+        j <= last ? score(qv, kbase + j * kv_stride, head_dim, scale) : -__int_as_float(0x7f800000);
+    const float m_new = fmaxf(m, block_max(sc, scratch));
+    const float alpha = expf(m - m_new);  // 0 for the first chunk (m = -inf)
+    const float e = j <= last ? expf(sc - m_new) : 0.0f;
     __syncthreads();  // the previous chunk's p has been read
-    if (j <= last) p[threadIdx.x] = expf(score(qv, kbase + j * kv_stride, head_dim, scale) - max);
-    __syncthreads();
-    if (threadIdx.x == 0)
-      for (int64_t i = 0; i < n; ++i) total += p[i];
+    p[threadIdx.x] = e;
+    const float chunk_sum = block_sum(e, scratch);  // synchronizes: p is complete
+    l = l * alpha + chunk_sum;
     for (int part = 0; part < 2; ++part) {
       const int64_t d = threadIdx.x + part * kThreads;
       if (d >= head_dim) break;
-      for (int64_t i = 0; i < n; ++i) acc[part] += p[i] * vbase[(j0 + i) * kv_stride + d];
+      float a = 0.0f;
+      for (int64_t i = 0; i < n; ++i) a += p[i] * vbase[(j0 + i) * kv_stride + d];
+      acc[part] = acc[part] * alpha + a;
     }
+    m = m_new;
   }
-  __syncthreads();
-  const float inv = 1.0f / total;
+  float* out = partial + (t * kSplits + split) * (head_dim + 2);
+  if (threadIdx.x == 0) {
+    out[0] = m;
+    out[1] = l;
+  }
   for (int part = 0; part < 2; ++part) {
     const int64_t d = threadIdx.x + part * kThreads;
-    if (d < head_dim) out[t * head_dim + d] = acc[part] * inv;
+    if (d < head_dim) out[2 + d] = acc[part];
+  }
+}
+
+// out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), splits in increasing s.
+__global__ void attention_combine_kernel(const float* __restrict__ partial, int64_t head_dim,
+                                         float* __restrict__ out) {
+  const int64_t t = blockIdx.x;
+  const float* pt = partial + t * kSplits * (head_dim + 2);
+  float big = -__int_as_float(0x7f800000);
+  for (int s = 0; s < kSplits; ++s) big = fmaxf(big, pt[s * (head_dim + 2)]);
+  float l = 0.0f;
+  float w[kSplits];
+  for (int s = 0; s < kSplits; ++s) {
+    const float ms = pt[s * (head_dim + 2)];
+    w[s] = ms == -__int_as_float(0x7f800000) ? 0.0f : expf(ms - big);
+    l += pt[s * (head_dim + 2) + 1] * w[s];
+  }
+  const float inv = 1.0f / l;
+  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < kSplits; ++s) o += pt[s * (head_dim + 2) + 2 + d] * w[s];
+    out[t * head_dim + d] = o * inv;
   }
 }
 
 }  // namespace
 
+int64_t attention_partial_floats(int64_t rows, int64_t n_heads, int64_t head_dim) {
+  return rows * n_heads * kSplits * (head_dim + 2);
+}
+
 void launch_attention(const float* q, int64_t rows, const int32_t* positions, const float* k_cache,
                       const float* v_cache, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                      int64_t window, float* out, cudaStream_t stream) {
+                      int64_t window, float* out, float* partial, cudaStream_t stream) {
   if (rows <= 0) return;
   if (head_dim > kMaxHeadDim)
     throw Error("CUDA attention supports head_dim up to " + std::to_string(kMaxHeadDim) + ", not " +
                 std::to_string(head_dim) + ".");
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
-  attention_kernel<<<static_cast<unsigned>(rows * n_heads), kThreads, 0, stream>>>(
-      q, positions, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale, out);
+  const dim3 grid(static_cast<unsigned>(rows * n_heads), kSplits);
+  attention_split_kernel<<<grid, kThreads, 0, stream>>>(
+      q, positions, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale, partial);
   check_launch("attention");
+  attention_combine_kernel<<<static_cast<unsigned>(rows * n_heads), kThreads, 0, stream>>>(
+      partial, head_dim, out);
+  check_launch("attention combine");
 }
 
 void CudaBackend::attention(const float* q, int64_t rows, const int32_t* positions,
                             const float* k_cache, const float* v_cache, int64_t n_heads,
                             int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) {
+  float* partial = static_cast<float*>(scratch(
+      static_cast<size_t>(attention_partial_floats(rows, n_heads, head_dim)) * sizeof(float)));
   launch_attention(q, rows, positions, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, out,
-                   stream_);
+                   partial, stream_);
 }
 
 }  // namespace drama::cuda

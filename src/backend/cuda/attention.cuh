@@ -1,9 +1,10 @@
-// Grouped-query attention over one sequence's KV cache (spec section 1). One block per (row,
-// head), positions in chunks of the block size: each thread forms one score with the CPU
-// backend's dot-product order (16 running lanes, a pairwise tree, the tail), the block takes the
-// exact maximum, then per chunk the exponentials go to shared memory, one thread adds them to the
-// running sum in increasing position and each thread adds its value dimensions in increasing
-// position. No order depends on the row count or the block count.
+// Grouped-query attention over one sequence's KV cache (spec section 1), split-KV with a FIXED
+// split: each (row, head) gets kSplits blocks, and block s takes the chunks s, s + kSplits, ... of
+// 128 positions of the row's span, whatever the batch. In a chunk each thread forms one score
+// with the CPU backend's dot-product order (16 running lanes, a pairwise tree, the tail); the
+// block keeps a running maximum, exp-sum (chunk sums in a fixed tree) and value sums (increasing
+// position). A second kernel merges the splits in increasing order. Every order depends on the
+// row's position and window only, never on the row count or the rest of the batch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,8 +13,10 @@
 
 namespace drama::cuda {
 
+// Floats of the `partial` workspace launch_attention needs.
+int64_t attention_partial_floats(int64_t rows, int64_t n_heads, int64_t head_dim);
 void launch_attention(const float* q, int64_t rows, const int32_t* positions, const float* k_cache,
                       const float* v_cache, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                      int64_t window, float* out, cudaStream_t stream);
+                      int64_t window, float* out, float* partial, cudaStream_t stream);
 
 }  // namespace drama::cuda

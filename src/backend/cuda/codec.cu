@@ -36,12 +36,13 @@ __global__ void conv_transpose1d_kernel(const float* __restrict__ x, int64_t len
   const int64_t lo = u - kernel + 1 > 0 ? (u - kernel + 1 + stride - 1) / stride : 0;
   const int64_t hi = u / stride < len - 1 ? u / stride : len - 1;
   float acc = bias ? bias[o] : 0.0f;
-  for (int64_t c = 0; c < in_per_group; ++c) {
-    const int64_t ci = g * in_per_group + c;
-    const float* xc = x + ci * len;
-    const float* wc = w + (ci * out_per_group + ol) * kernel;
-    for (int64_t t = lo; t <= hi; ++t) acc += xc[t] * wc[u - t * stride];
-  }
+  const float* xc = x + g * in_per_group * len;
+  const float* wc = w + (g * in_per_group * out_per_group + ol) * kernel;
+  const int64_t w_step = out_per_group * kernel;
+  const int first = static_cast<int>(lo), count = static_cast<int>(hi - lo + 1);
+  const int tap0 = static_cast<int>(u - lo * stride), tap_step = static_cast<int>(stride);
+  for (int64_t c = 0; c < in_per_group; ++c, xc += len, wc += w_step)
+    for (int i = 0; i < count; ++i) acc += xc[first + i] * wc[tap0 - i * tap_step];
   y[e] = acc;
 }
 
@@ -91,39 +92,65 @@ __global__ void vq_decode_kernel(const float* __restrict__ codebook, int64_t dim
   if (i < n * dim) out[i] = codebook[static_cast<int64_t>(codes[i / dim]) * dim + i % dim];
 }
 
-// One block per vector.
-__global__ void vq_encode_kernel(const float* __restrict__ codebook, int64_t size, int64_t dim,
-                                 const float* __restrict__ x, int32_t* __restrict__ codes) {
-  __shared__ float best_dist[kThreads];
-  __shared__ int32_t best_index[kThreads];
+// Block (t, slice): codebook rows [slice * kThreads, +kThreads), one per thread, each distance
+// summed over d in increasing order (no FMA: the CPU backend's bits); then a fixed tree keeps the
+// smaller distance, on ties the lower index, into best[t][slice].
+__global__ void vq_encode_slice_kernel(const float* __restrict__ codebook, int64_t size,
+                                       int64_t dim, const float* __restrict__ x,
+                                       float* __restrict__ best_dist,
+                                       int32_t* __restrict__ best_index) {
+  __shared__ float dist_s[kThreads];
+  __shared__ int32_t index_s[kThreads];
   const float* xt = x + static_cast<int64_t>(blockIdx.x) * dim;
-  float best = __int_as_float(0x7f800000);
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kThreads + threadIdx.x;
+  float dist = __int_as_float(0x7f800000);
   int32_t index = -1;
-  for (int64_t c = threadIdx.x; c < size; c += blockDim.x) {
+  if (c < size) {
     const float* row = codebook + c * dim;
-    float dist = 0.0f;
-    for (int64_t d = 0; d < dim; ++d) dist += (xt[d] - row[d]) * (xt[d] - row[d]);
-    if (dist < best) {
-      best = dist;
+    float d2 = 0.0f;
+    for (int64_t d = 0; d < dim; ++d) d2 += (xt[d] - row[d]) * (xt[d] - row[d]);
+    if (d2 < dist) {  // a NaN distance is never chosen (as the CPU's strict <)
+      dist = d2;
       index = static_cast<int32_t>(c);
     }
   }
-  best_dist[threadIdx.x] = best;
-  best_index[threadIdx.x] = index;
+  dist_s[threadIdx.x] = dist;
+  index_s[threadIdx.x] = index;
   for (int width = kThreads / 2; width >= 1; width /= 2) {
     __syncthreads();
     if (threadIdx.x < width) {
-      const float od = best_dist[threadIdx.x + width];
-      const int32_t oi = best_index[threadIdx.x + width];
-      const int32_t mi = best_index[threadIdx.x];
+      const float od = dist_s[threadIdx.x + width];
+      const int32_t oi = index_s[threadIdx.x + width];
+      const int32_t mi = index_s[threadIdx.x];
       if (oi >= 0 &&
-          (mi < 0 || od < best_dist[threadIdx.x] || (od == best_dist[threadIdx.x] && oi < mi))) {
-        best_dist[threadIdx.x] = od;
-        best_index[threadIdx.x] = oi;
+          (mi < 0 || od < dist_s[threadIdx.x] || (od == dist_s[threadIdx.x] && oi < mi))) {
+        dist_s[threadIdx.x] = od;
+        index_s[threadIdx.x] = oi;
       }
     }
   }
-  if (threadIdx.x == 0) codes[blockIdx.x] = best_index[0] < 0 ? 0 : best_index[0];
+  if (threadIdx.x == 0) {
+    best_dist[blockIdx.x * gridDim.y + blockIdx.y] = dist_s[0];
+    best_index[blockIdx.x * gridDim.y + blockIdx.y] = index_s[0];
+  }
+}
+
+// codes[t] = the best of t's slices in increasing slice order (strictly smaller wins).
+__global__ void vq_encode_merge_kernel(const float* __restrict__ best_dist,
+                                       const int32_t* __restrict__ best_index, int64_t n,
+                                       int64_t slices, int32_t* __restrict__ codes) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= n) return;
+  float dist = __int_as_float(0x7f800000);
+  int32_t index = -1;
+  for (int64_t s = 0; s < slices; ++s) {
+    const int32_t i = best_index[t * slices + s];
+    if (i >= 0 && (index < 0 || best_dist[t * slices + s] < dist)) {
+      dist = best_dist[t * slices + s];
+      index = i;
+    }
+  }
+  codes[t] = index < 0 ? 0 : index;
 }
 
 }  // namespace
@@ -185,12 +212,23 @@ void launch_vq_decode(const float* codebook, int64_t dim, const int32_t* codes, 
   check_launch("vq_decode");
 }
 
+int64_t vq_encode_workspace_bytes(int64_t size, int64_t n) {
+  return n * ((size + kThreads - 1) / kThreads) * 8;
+}
+
 void launch_vq_encode(const float* codebook, int64_t size, int64_t dim, const float* x, int64_t n,
-                      int32_t* codes, cudaStream_t stream) {
+                      int32_t* codes, void* workspace, cudaStream_t stream) {
   if (n <= 0) return;
-  vq_encode_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(codebook, size, dim, x,
-                                                                      codes);
+  const int64_t slices = (size + kThreads - 1) / kThreads;
+  float* best_dist = static_cast<float*>(workspace);
+  int32_t* best_index = reinterpret_cast<int32_t*>(best_dist + n * slices);
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(slices));
+  vq_encode_slice_kernel<<<grid, kThreads, 0, stream>>>(codebook, size, dim, x, best_dist,
+                                                        best_index);
   check_launch("vq_encode");
+  vq_encode_merge_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(best_dist, best_index, n,
+                                                                           slices, codes);
+  check_launch("vq_encode merge");
 }
 
 void CudaBackend::conv1d(const float* x, int64_t in_ch, int64_t len, const float* w,
@@ -224,7 +262,8 @@ void CudaBackend::vq_decode(const float* codebook, int64_t dim, const int32_t* c
 }
 void CudaBackend::vq_encode(const float* codebook, int64_t size, int64_t dim, const float* x,
                             int64_t n, int32_t* codes) {
-  launch_vq_encode(codebook, size, dim, x, n, codes, stream_);
+  launch_vq_encode(codebook, size, dim, x, n, codes,
+                   scratch(static_cast<size_t>(vq_encode_workspace_bytes(size, n))), stream_);
 }
 
 }  // namespace drama::cuda

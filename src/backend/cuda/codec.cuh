@@ -2,8 +2,9 @@
 // CPU backend's order (bias first, input channel ascending, then kernel tap or input step
 // ascending, each term a rounded product then a rounded add: the build has no FMA contraction),
 // so they give the CPU's bits. LayerNorm: float64 sums over a fixed stride and tree. Vector
-// quantizer encode: one block per vector, each thread's codebook rows in increasing index, then a
-// fixed tree that keeps the smaller distance and, on ties, the lower index.
+// quantizer encode: blocks over (vector, slice of 256 codebook rows), one row per thread, a fixed
+// tree per slice that keeps the smaller distance and, on ties, the lower index, then the slices
+// merged in increasing order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,7 +27,9 @@ void launch_scale_rows(const float* x, const float* scale, int64_t rows, int64_t
                        cudaStream_t stream);
 void launch_vq_decode(const float* codebook, int64_t dim, const int32_t* codes, int64_t n,
                       float* out, cudaStream_t stream);
+// Bytes of the workspace launch_vq_encode needs.
+int64_t vq_encode_workspace_bytes(int64_t size, int64_t n);
 void launch_vq_encode(const float* codebook, int64_t size, int64_t dim, const float* x, int64_t n,
-                      int32_t* codes, cudaStream_t stream);
+                      int32_t* codes, void* workspace, cudaStream_t stream);
 
 }  // namespace drama::cuda

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/linear_dot.cuh"
 #include "util/error.h"
 
 namespace drama::cuda {
@@ -9,6 +10,13 @@ namespace drama::cuda {
 namespace {
 
 constexpr int kMaxTopk = 64;
+
+// One block of kRouteThreads per row. The exp terms are summed by one thread in increasing
+// original id (so a pruned layer gives bitwise the probabilities of the unpruned one with -inf
+// logits: adding +0 changes nothing); top-k is k rounds of a block-wide arg-max under the total
+// order (higher probability, then lower original id), which picks the same experts in the same
+// rank order as any correct selection.
+constexpr int kRouteThreads = 128;
 
 __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logit_stride,
                                   const int32_t* __restrict__ logit_column,
@@ -18,39 +26,75 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
   extern __shared__ float shared[];
   float* prob = shared;                                          // [n_stored]
   int32_t* by_id = reinterpret_cast<int32_t*>(prob + n_stored);  // stored index by id rank
+  __shared__ float max_part[32];
+  __shared__ float best_p[32];
+  __shared__ int32_t best_s[32];
+  __shared__ int32_t chosen[kMaxTopk];
+  __shared__ float total;
   const int64_t r = blockIdx.x;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* l = logits + r * logit_stride;
+  float max = -__int_as_float(0x7f800000);
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
     int64_t rank = 0;
     for (int64_t t = 0; t < n_stored; ++t) rank += original_id[t] < original_id[s];
     by_id[rank] = static_cast<int32_t>(s);
+    max = fmaxf(max, l[logit_column[s]]);
+  }
+  max = block_max(max, max_part);  // synchronizes: by_id is complete
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n_stored; ++i) {
+      const int32_t s = by_id[i];
+      prob[s] = expf(l[logit_column[s]] - max);
+      sum += prob[s];
+    }
+    total = sum;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  float max = -__int_as_float(0x7f800000);
-  for (int64_t s = 0; s < n_stored; ++s) max = fmaxf(max, l[logit_column[s]]);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n_stored; ++i) {
-    const int32_t s = by_id[i];
-    prob[s] = expf(l[logit_column[s]] - max);
-    sum += prob[s];
-  }
-  for (int64_t s = 0; s < n_stored; ++s) prob[s] /= sum;
-  int32_t chosen[kMaxTopk];
-  float kept = 0.0f;
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) prob[s] /= total;
+  __syncthreads();
+  // a beats b: higher probability, or equal and lower original id (b < 0: nothing yet).
+  auto better = [&](float pa, int32_t a, float pb, int32_t b) {
+    return b < 0 || (a >= 0 && (pa > pb || (pa == pb && original_id[a] < original_id[b])));
+  };
   for (int64_t j = 0; j < k; ++j) {
-    int32_t best = -1;
-    for (int64_t s = 0; s < n_stored; ++s) {
+    float bp = 0.0f;
+    int32_t bs = -1;
+    for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
       bool taken = false;
       for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == s;
-      if (taken) continue;
-      if (best < 0 || prob[s] > prob[best] ||
-          (prob[s] == prob[best] && original_id[s] < original_id[best]))
-        best = static_cast<int32_t>(s);
+      if (!taken && better(prob[s], static_cast<int32_t>(s), bp, bs)) {
+        bp = prob[s];
+        bs = static_cast<int32_t>(s);
+      }
     }
-    chosen[j] = best;
-    kept += prob[best];
+    for (int m = 16; m >= 1; m /= 2) {
+      const float op = __shfl_xor_sync(0xffffffffu, bp, m);
+      const int32_t os = __shfl_xor_sync(0xffffffffu, bs, m);
+      if (better(op, os, bp, bs)) {
+        bp = op;
+        bs = os;
+      }
+    }
+    if (lane == 0) {
+      best_p[warp] = bp;
+      best_s[warp] = bs;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
+        if (better(best_p[w], best_s[w], bp, bs)) {
+          bp = best_p[w];
+          bs = best_s[w];
+        }
+      chosen[j] = bs;
+    }
+    __syncthreads();
   }
+  if (threadIdx.x != 0) return;
+  float kept = 0.0f;
+  for (int64_t j = 0; j < k; ++j) kept += prob[chosen[j]];
   for (int64_t j = 0; j < k; ++j) {
     expert_index[r * k + j] = chosen[j];
     weight[r * k + j] = norm_topk ? prob[chosen[j]] / kept : prob[chosen[j]];
@@ -68,6 +112,129 @@ __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
   y[t] = acc;
 }
 
+constexpr int kExpertWarps = 8;  // output columns per block of the expert kernels
+
+// Workspace layout (int32 words first, then floats): order[pairs], start[n_stored + 1],
+// active[n_stored], n_active[1], then act[pairs, inter] from the next multiple of 4 words.
+struct MoeLayout {
+  int32_t *order, *start, *active, *n_active;
+  float* act;
+};
+__host__ __device__ inline MoeLayout moe_layout(float* workspace, int64_t pairs, int64_t n_stored) {
+  int32_t* ints = reinterpret_cast<int32_t*>(workspace);
+  MoeLayout m;
+  m.order = ints;
+  m.start = ints + pairs;
+  m.active = m.start + n_stored + 1;
+  m.n_active = m.active + n_stored;
+  m.act = workspace + (pairs + 2 * n_stored + 2 + 3) / 4 * 4;
+  return m;
+}
+
+__global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
+                                 int64_t n_stored, float* workspace) {
+  const MoeLayout m = moe_layout(workspace, pairs, n_stored);
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
+    int32_t count = 0;
+    for (int64_t p = 0; p < pairs; ++p) count += expert_index[p] == s;
+    m.start[s + 1] = count;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t total = 0, active = 0;
+    m.start[0] = 0;
+    for (int64_t s = 0; s < n_stored; ++s) {
+      const int32_t c = m.start[s + 1];
+      if (c > 0) m.active[active++] = static_cast<int32_t>(s);
+      total += c;
+      m.start[s + 1] = total;
+    }
+    *m.n_active = active;
+  }
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
+    int32_t at = m.start[s];
+    for (int64_t p = 0; p < pairs; ++p)
+      if (expert_index[p] == s) m.order[at++] = static_cast<int32_t>(p);
+  }
+}
+
+template <WeightFormat Format>
+__device__ __forceinline__ void expert_dots(const DeviceExpert& e, int which, int64_t o, int64_t in,
+                                            const float* const* xs, int nr, bool vec_x,
+                                            float* acc) {
+  if constexpr (Format == WeightFormat::NVFP4)
+    nvfp4_lane_dots(static_cast<const uint8_t*>(e.data[which]) + o * (in / 2),
+                    e.scales[which] + o * (in / 16), in, xs, nr, vec_x, acc);
+  else
+    bf16_lane_dots(static_cast<const uint16_t*>(e.data[which]) + o * in, in, xs, nr, acc);
+}
+
+// Grid (expert slot, column group); act[pair position, o] = silu(gate . x) * (up . x).
+template <WeightFormat Format>
+__global__ void moe_gate_up_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
+                                   int64_t hidden, int64_t inter, const float* __restrict__ x,
+                                   int64_t pairs, int64_t k, bool vec_x, float* workspace) {
+  const MoeLayout m = moe_layout(workspace, pairs, n_stored);
+  const int slot = blockIdx.x;
+  if (slot >= *m.n_active) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + threadIdx.x / 32;
+  if (o >= inter) return;
+  const int32_t s = m.active[slot];
+  const DeviceExpert e = experts[s];
+  const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
+  for (int64_t i0 = 0; i0 < n; i0 += kRowTile) {
+    const int nr = static_cast<int>(n - i0 < kRowTile ? n - i0 : kRowTile);
+    const float* xs[kRowTile];
+    for (int rr = 0; rr < kRowTile; ++rr)
+      xs[rr] = x + (m.order[p0 + i0 + (rr < nr ? rr : 0)] / k) * hidden;
+    float g[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f}, u[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f};
+    expert_dots<Format>(e, 0, o, hidden, xs, nr, vec_x, g);
+    expert_dots<Format>(e, 1, o, hidden, xs, nr, vec_x, u);
+    for (int rr = 0; rr < kRowTile; ++rr) {
+      if (rr >= nr) break;
+      float gs = warp_sum(g[rr]), us = warp_sum(u[rr]);
+      if constexpr (Format == WeightFormat::NVFP4) {
+        gs = gs * e.scale2[0];
+        us = us * e.scale2[1];
+      }
+      if (lane == 0) m.act[(p0 + i0 + rr) * inter + o] = gs / (1.0f + expf(-gs)) * us;
+    }
+  }
+}
+
+// Grid (expert slot, column group); out[(r * out_slots + j), o] = down . act[pair].
+template <WeightFormat Format>
+__global__ void moe_down_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
+                                int64_t hidden, int64_t inter, int64_t pairs, int64_t k,
+                                int64_t out_slots, bool vec_x, float* workspace,
+                                float* __restrict__ out) {
+  const MoeLayout m = moe_layout(workspace, pairs, n_stored);
+  const int slot = blockIdx.x;
+  if (slot >= *m.n_active) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + threadIdx.x / 32;
+  if (o >= hidden) return;
+  const int32_t s = m.active[slot];
+  const DeviceExpert e = experts[s];
+  const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
+  for (int64_t i0 = 0; i0 < n; i0 += kRowTile) {
+    const int nr = static_cast<int>(n - i0 < kRowTile ? n - i0 : kRowTile);
+    const float* xs[kRowTile];
+    for (int rr = 0; rr < kRowTile; ++rr) xs[rr] = m.act + (p0 + i0 + (rr < nr ? rr : 0)) * inter;
+    float acc[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f};
+    expert_dots<Format>(e, 2, o, inter, xs, nr, vec_x, acc);
+    for (int rr = 0; rr < kRowTile; ++rr) {
+      if (rr >= nr) break;
+      float sum = warp_sum(acc[rr]);
+      if constexpr (Format == WeightFormat::NVFP4) sum = sum * e.scale2[2];
+      const int64_t p = m.order[p0 + i0 + rr], r = p / k, j = p % k;
+      if (lane == 0) out[(r * out_slots + j) * hidden + o] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
@@ -79,7 +246,7 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
     throw Error("CUDA route_topk: k = " + std::to_string(k) + " must be at most " +
                 std::to_string(kMaxTopk) + " and at most the stored experts.");
   const size_t shared = static_cast<size_t>(n_stored) * (sizeof(float) + sizeof(int32_t));
-  route_topk_kernel<<<static_cast<unsigned>(rows), 128, shared, stream>>>(
+  route_topk_kernel<<<static_cast<unsigned>(rows), kRouteThreads, shared, stream>>>(
       logits, logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index,
       weight);
   check_launch("route_topk");
@@ -91,6 +258,42 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
   expert_combine_kernel<<<blocks_for(rows * dim, 256), 256, 0, stream>>>(expert_out, weight, rows,
                                                                          k, dim, y);
   check_launch("expert_combine");
+}
+
+int64_t moe_workspace_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
+  const int64_t pairs = rows * k;
+  // act rows start on 16 bytes (the down product's float4 loads): round the int words up to 4.
+  return (pairs + 2 * n_stored + 2 + 3) / 4 * 4 + pairs * inter;
+}
+
+void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
+                        int64_t hidden, int64_t inter, const float* x, int64_t rows,
+                        const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
+                        float* workspace, cudaStream_t stream) {
+  const int64_t pairs = rows * k;
+  if (pairs <= 0) return;
+  moe_group_kernel<<<1, 256, 0, stream>>>(expert_index, pairs, n_stored, workspace);
+  check_launch("moe_experts grouping");
+  const unsigned slots = static_cast<unsigned>(pairs < n_stored ? pairs : n_stored);
+  const unsigned threads = 32 * kExpertWarps;
+  const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
+  const bool vec_act = reinterpret_cast<uintptr_t>(workspace) % 16 == 0 && inter % 4 == 0;
+  const dim3 grid_up(slots, blocks_for(inter, kExpertWarps)),
+      grid_down(slots, blocks_for(hidden, kExpertWarps));
+  if (format == WeightFormat::NVFP4) {
+    moe_gate_up_kernel<WeightFormat::NVFP4><<<grid_up, threads, 0, stream>>>(
+        experts, n_stored, hidden, inter, x, pairs, k, vec_x, workspace);
+    check_launch("moe_experts gate/up");
+    moe_down_kernel<WeightFormat::NVFP4><<<grid_down, threads, 0, stream>>>(
+        experts, n_stored, hidden, inter, pairs, k, out_slots, vec_act, workspace, out);
+  } else {
+    moe_gate_up_kernel<WeightFormat::BF16><<<grid_up, threads, 0, stream>>>(
+        experts, n_stored, hidden, inter, x, pairs, k, vec_x, workspace);
+    check_launch("moe_experts gate/up");
+    moe_down_kernel<WeightFormat::BF16><<<grid_down, threads, 0, stream>>>(
+        experts, n_stored, hidden, inter, pairs, k, out_slots, vec_act, workspace, out);
+  }
+  check_launch("moe_experts down");
 }
 
 void CudaBackend::route_topk(const float* logits, int64_t rows, int64_t logit_stride,
