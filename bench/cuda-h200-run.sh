@@ -37,9 +37,21 @@ for k, v in j["backbone_step"].items():
     print(k, "%.3f ms/step" % v["per_step_ms"], "roofline %.3f ms" % v["copy_roofline_ms"],
           "fraction %.3f" % v["fraction_of_copy_roofline"])
 for k, v in j["expert_products_one_layer"].items():
-    print("experts", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
+    print("experts per launch", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
+for k, v in j.get("expert_products_grouped_one_layer", {}).items():
+    print("experts grouped", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
 print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
 PY
+  section "Nsight Compute: one grouped expert launch and one attention projection"
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [ -x "$ncu" ]; then
+    timeout 240 "$ncu" --clock-control none -k regex:'moe_gate_up|moe_down|linear_kernel' -c 3 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis "$drama" bench decode --backend cuda \
+      --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu.txt" 2>&1
+    echo "ncu exit $?"; grep -E "moe_|linear_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)" "$out/ncu.txt" | head -40
+  else
+    echo "no ncu"
+  fi
   section "say --backend auto (mini)"
   timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
   section "serve --backend cuda: /health"

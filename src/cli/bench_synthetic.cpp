@@ -25,6 +25,7 @@
 
 #ifdef DRAMA_WITH_CUDA
 #include "backend/cuda/ceilings.h"
+#include "backend/cuda/grouped_experts.h"
 #endif
 
 namespace drama::cli {
@@ -278,6 +279,57 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
                                                 {"effective_gb_s", bytes / t / 1e9}};
     }
   }
+#ifdef DRAMA_WITH_CUDA
+  // The same layer's experts through the grouped kernels (three launches for all rows), for one
+  // row, two rows sharing their experts, and two rows with disjoint experts (as the guidance
+  // branches usually route).
+  nlohmann::json grouped = nlohmann::json::object();
+  if (moe_layer >= 0 && b.name().rfind("cuda", 0) == 0) {
+    const auto& ex = w.backbone[moe_layer].moe.experts;
+    const int64_t n_stored = static_cast<int64_t>(ex.size());
+    const int64_t k = std::min<int64_t>(c.moe.experts_per_token, n_stored);
+    const int64_t I = c.moe.expert_intermediate_size;
+    std::vector<cuda::ExpertTriple> table;
+    for (const auto& e : ex) table.push_back({e.gate, e.up, e.down});
+    auto in = b.alloc(2 * H * 4), out = b.alloc(static_cast<size_t>(2 * k * H) * 4),
+         ids = b.alloc(static_cast<size_t>(2 * k) * 4),
+         ws = b.alloc(static_cast<size_t>(cuda::grouped_experts_floats(2, k, I, n_stored)) * 4);
+    exec.zero(in->f32(), 2 * H);
+    const struct {
+      const char* name;
+      int64_t rows;
+      bool disjoint;
+    } cases[] = {{"rows1", 1, false}, {"rows2_shared", 2, false}, {"rows2_disjoint", 2, true}};
+    for (const auto& cs : cases) {
+      std::vector<int32_t> choice;
+      for (int64_t r = 0; r < cs.rows; ++r)
+        for (int64_t j = 0; j < k; ++j)
+          choice.push_back(
+              static_cast<int32_t>((j * 13 + (cs.disjoint ? r * k * 13 : 0) + 5) % n_stored));
+      b.upload(ids->data(), choice.data(), choice.size() * 4);
+      std::vector<double> per;
+      for (int rep = 0; rep < repeats; ++rep) {
+        const int64_t calls = 50;
+        const auto t0 = Clock::now();
+        for (int64_t it = 0; it < calls; ++it)
+          cuda::run_grouped_experts(b, table.data(), n_stored, in->f32(), cs.rows, H,
+                                    static_cast<const int32_t*>(ids->data()), k, k, out->f32(),
+                                    ws->f32());
+        b.synchronize();
+        per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
+      }
+      std::vector<int32_t> distinct = choice;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      const double bytes = static_cast<double>(distinct.size()) *
+                           (2 * weight_bytes(ex[0].gate) + weight_bytes(ex[0].down));
+      const double t = median(per);
+      grouped[cs.name] = {{"rows", cs.rows},       {"experts_read", distinct.size()},
+                          {"launches", 3},         {"us_per_layer", t * 1e6},
+                          {"weight_bytes", bytes}, {"effective_gb_s", bytes / t / 1e9}};
+    }
+  }
+#endif
   const Ceiling ceil = measure_copy(b.name());
   // HBM serves reads and writes from one budget: the copy rate (bytes read + written) is the
   // rate at which a step can read its weights.
@@ -303,6 +355,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       {"position", prompt},
       {"backbone_step", results},
       {"expert_products_one_layer", experts},
+#ifdef DRAMA_WITH_CUDA
+      {"expert_products_grouped_one_layer", grouped},
+#endif
       {"ceiling",
        {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},
         {"what", ceil.what},

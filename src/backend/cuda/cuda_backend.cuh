@@ -7,12 +7,15 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/grouped_experts.h"
 
 namespace drama::cuda {
 
@@ -53,6 +56,11 @@ class CudaBackend final : public Backend {
                   int64_t k, bool norm_topk, int32_t* expert_index, float* weight) override;
   void expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                       int64_t dim, float* y) override;
+  // The routed experts of a layer on the device (moe.cuh); `experts` is a host array of
+  // n_stored resident weights, uploaded once as a device table per array.
+  void moe_experts(const ExpertTriple* experts, int64_t n_stored, const float* x, int64_t rows,
+                   int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
+                   float* out, float* workspace);
 
   void guidance_combine(const float* cond, const float* uncond, int64_t n, float gamma,
                         float* out) override;
@@ -83,6 +91,8 @@ class CudaBackend final : public Backend {
   // Resident weights (freed with the backend) and the scratch area.
   std::vector<std::unique_ptr<DeviceBuffer>> resident_;
   std::unique_ptr<DeviceBuffer> scratch_;
+  // moe_experts(): device tables of expert pointers, by (host array, its first weight).
+  std::map<std::pair<const void*, const void*>, std::unique_ptr<DeviceBuffer>> expert_tables_;
   std::vector<float> host_logits_;  // sample(): the logits read back
   int32_t* flag_ = nullptr;         // has_non_finite(): one device int
   int32_t* host_flag_ = nullptr;    // pinned

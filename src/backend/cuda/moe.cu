@@ -296,6 +296,44 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   check_launch("moe_experts down");
 }
 
+void CudaBackend::moe_experts(const ExpertTriple* experts, int64_t n_stored, const float* x,
+                              int64_t rows, int64_t hidden, const int32_t* expert_index, int64_t k,
+                              int64_t out_slots, float* out, float* workspace) {
+  if (rows <= 0 || n_stored <= 0) return;
+  const WeightFormat format = experts[0].gate.format;
+  const int64_t inter = experts[0].gate.out;
+  auto& table = expert_tables_[{experts, experts[0].gate.data}];
+  if (!table) {
+    std::vector<DeviceExpert> host(static_cast<size_t>(n_stored));
+    for (int64_t s = 0; s < n_stored; ++s) {
+      const LinearWeight* w[3] = {&experts[s].gate, &experts[s].up, &experts[s].down};
+      for (int m = 0; m < 3; ++m) {
+        if (w[m]->format != format || w[m]->out != (m < 2 ? inter : hidden))
+          throw Error("CUDA moe_experts: every stored expert must share one format and shape");
+        host[s].data[m] = w[m]->data;
+        host[s].scales[m] = w[m]->scales;
+        host[s].scale2[m] = w[m]->scale2;
+      }
+    }
+    table = alloc(host.size() * sizeof(DeviceExpert));
+    upload(table->data(), host.data(), host.size() * sizeof(DeviceExpert));
+  }
+  launch_moe_experts(static_cast<const DeviceExpert*>(table->data()), format, n_stored, hidden,
+                     inter, x, rows, expert_index, k, out_slots, out, workspace, stream_);
+}
+
+void run_grouped_experts(Backend& backend, const ExpertTriple* experts, int64_t n_stored,
+                         const float* x, int64_t rows, int64_t hidden, const int32_t* expert_index,
+                         int64_t k, int64_t out_slots, float* out, float* workspace) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) throw Error("the grouped expert kernels need the CUDA backend, not " + backend.name());
+  cuda->moe_experts(experts, n_stored, x, rows, hidden, expert_index, k, out_slots, out, workspace);
+}
+
+int64_t grouped_experts_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
+  return moe_workspace_floats(rows, k, inter, n_stored);
+}
+
 void CudaBackend::route_topk(const float* logits, int64_t rows, int64_t logit_stride,
                              const int32_t* logit_column, const int32_t* original_id,
                              int64_t n_stored, int64_t k, bool norm_topk, int32_t* expert_index,
