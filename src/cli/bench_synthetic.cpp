@@ -340,9 +340,15 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     (*section)["fraction_of_copy_roofline"] =
         bytes / read_rate / ((*section)["per_step_ms"].get<double>() * 1e-3);
   }
-  for (auto& [key, section] : experts.items())
-    section["fraction_of_copy_roofline"] = section["weight_bytes"].get<double>() / read_rate /
-                                           (section["us_per_layer"].get<double>() * 1e-6);
+  auto add_fraction = [read_rate](nlohmann::json& sections) {
+    for (auto& [key, section] : sections.items())
+      section["fraction_of_copy_roofline"] = section["weight_bytes"].get<double>() / read_rate /
+                                             (section["us_per_layer"].get<double>() * 1e-6);
+  };
+  add_fraction(experts);
+#ifdef DRAMA_WITH_CUDA
+  add_fraction(grouped);
+#endif
   nlohmann::json j = {
       {"bench", "decode"},
       {"synthetic", config_path},

@@ -9,6 +9,9 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Taps > 0: the kernel width known at compile time (Mimi's 1, 3, 7), so each input channel's taps
+// unroll and four channels' loads issue together; Taps = 0: any width. Same order either way.
+template <int Taps>
 __global__ void conv1d_kernel(const float* __restrict__ x, int64_t len, const float* __restrict__ w,
                               const float* __restrict__ bias, int64_t out_ch, int64_t in_per_group,
                               int64_t out_per_group, int64_t kernel, int64_t stride,
@@ -16,14 +19,28 @@ __global__ void conv1d_kernel(const float* __restrict__ x, int64_t len, const fl
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= out_ch * out_len) return;
   const int64_t o = e / out_len, t = e % out_len, g = o / out_per_group;
-  const float* xg = x + g * in_per_group * len + t * stride;
-  const float* wo = w + o * in_per_group * kernel;
+  const float* xp = x + g * in_per_group * len + t * stride;
+  const float* wp = w + o * in_per_group * kernel;
+  const int taps = Taps > 0 ? Taps : static_cast<int>(kernel), step = static_cast<int>(dilation);
+  const int channels = static_cast<int>(in_per_group), row = static_cast<int>(len);
   float acc = bias ? bias[o] : 0.0f;
-  for (int64_t c = 0; c < in_per_group; ++c)
-    for (int64_t j = 0; j < kernel; ++j) acc += wo[c * kernel + j] * xg[c * len + j * dilation];
+#pragma unroll 4
+  for (int c = 0; c < channels; ++c) {
+    const float* wc = wp + c * taps;
+    const float* xc = xp + static_cast<int64_t>(c) * row;
+    if constexpr (Taps > 0) {
+#pragma unroll
+      for (int j = 0; j < Taps; ++j) acc += wc[j] * xc[j * step];
+    } else {
+      for (int j = 0; j < taps; ++j) acc += wc[j] * xc[j * step];
+    }
+  }
   y[e] = acc;
 }
 
+// MaxSteps > 0: at most that many input steps reach an output (ceil(kernel / stride)), taken
+// predicated and unrolled with four channels' loads in flight; 0: any. Same order either way.
+template <int MaxSteps>
 __global__ void conv_transpose1d_kernel(const float* __restrict__ x, int64_t len,
                                         const float* __restrict__ w, const float* __restrict__ bias,
                                         int64_t out_ch, int64_t in_per_group, int64_t out_per_group,
@@ -36,13 +53,23 @@ __global__ void conv_transpose1d_kernel(const float* __restrict__ x, int64_t len
   const int64_t lo = u - kernel + 1 > 0 ? (u - kernel + 1 + stride - 1) / stride : 0;
   const int64_t hi = u / stride < len - 1 ? u / stride : len - 1;
   float acc = bias ? bias[o] : 0.0f;
-  const float* xc = x + g * in_per_group * len;
-  const float* wc = w + (g * in_per_group * out_per_group + ol) * kernel;
+  const float* xc = x + g * in_per_group * len + lo;
+  const float* wc = w + (g * in_per_group * out_per_group + ol) * kernel + (u - lo * stride);
   const int64_t w_step = out_per_group * kernel;
-  const int first = static_cast<int>(lo), count = static_cast<int>(hi - lo + 1);
-  const int tap0 = static_cast<int>(u - lo * stride), tap_step = static_cast<int>(stride);
-  for (int64_t c = 0; c < in_per_group; ++c, xc += len, wc += w_step)
-    for (int i = 0; i < count; ++i) acc += xc[first + i] * wc[tap0 - i * tap_step];
+  const int count = static_cast<int>(hi - lo + 1), tap_step = static_cast<int>(stride);
+  const int channels = static_cast<int>(in_per_group), row = static_cast<int>(len);
+#pragma unroll 4
+  for (int c = 0; c < channels; ++c) {
+    const float* xs = xc + static_cast<int64_t>(c) * row;
+    const float* ws = wc + c * w_step;
+    if constexpr (MaxSteps > 0) {
+#pragma unroll
+      for (int i = 0; i < MaxSteps; ++i)
+        if (i < count) acc += xs[i] * ws[-i * tap_step];
+    } else {
+      for (int i = 0; i < count; ++i) acc += xs[i] * ws[-i * tap_step];
+    }
+  }
   y[e] = acc;
 }
 
@@ -160,9 +187,25 @@ void launch_conv1d(const float* x, int64_t in_ch, int64_t len, const float* w, c
                    float* y, int64_t out_len, cudaStream_t stream) {
   const int64_t n = out_ch * out_len;
   if (n <= 0) return;
-  conv1d_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      x, len, w, bias, out_ch, in_ch / groups, out_ch / groups, kernel, stride, dilation, y,
-      out_len);
+  const unsigned grid = blocks_for(n, kThreads);
+  const int64_t ipg = in_ch / groups, opg = out_ch / groups;
+  switch (kernel) {
+    case 1:
+      conv1d_kernel<1><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
+                                                      stride, dilation, y, out_len);
+      break;
+    case 3:
+      conv1d_kernel<3><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
+                                                      stride, dilation, y, out_len);
+      break;
+    case 7:
+      conv1d_kernel<7><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
+                                                      stride, dilation, y, out_len);
+      break;
+    default:
+      conv1d_kernel<0><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
+                                                      stride, dilation, y, out_len);
+  }
   check_launch("conv1d");
 }
 
@@ -172,8 +215,14 @@ void launch_conv_transpose1d(const float* x, int64_t in_ch, int64_t len, const f
   const int64_t out_len = (len - 1) * stride + kernel;
   const int64_t n = out_ch * out_len;
   if (len <= 0 || n <= 0) return;
-  conv_transpose1d_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-      x, len, w, bias, out_ch, in_ch / groups, out_ch / groups, kernel, stride, y, out_len);
+  const unsigned grid = blocks_for(n, kThreads);
+  const int64_t ipg = in_ch / groups, opg = out_ch / groups;
+  if ((kernel + stride - 1) / stride <= 2)
+    conv_transpose1d_kernel<2><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg,
+                                                              kernel, stride, y, out_len);
+  else
+    conv_transpose1d_kernel<0><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg,
+                                                              kernel, stride, y, out_len);
   check_launch("conv_transpose1d");
 }
 

@@ -131,29 +131,54 @@ __host__ __device__ inline MoeLayout moe_layout(float* workspace, int64_t pairs,
   return m;
 }
 
+// One block: counts per stored expert in shared memory, then warp 0 scans them (lane l owns a
+// contiguous run of experts) into start[] and the list of chosen experts, then each expert's
+// pairs are written in increasing pair order (row, then rank).
 __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
                                  int64_t n_stored, float* workspace) {
+  extern __shared__ int32_t count[];  // [n_stored + 1]: counts, then starts
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    int32_t count = 0;
-    for (int64_t p = 0; p < pairs; ++p) count += expert_index[p] == s;
-    m.start[s + 1] = count;
+    int32_t c = 0;
+    for (int64_t p = 0; p < pairs; ++p) c += expert_index[p] == s;
+    count[s] = c;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t total = 0, active = 0;
-    m.start[0] = 0;
-    for (int64_t s = 0; s < n_stored; ++s) {
-      const int32_t c = m.start[s + 1];
-      if (c > 0) m.active[active++] = static_cast<int32_t>(s);
-      total += c;
-      m.start[s + 1] = total;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const int64_t run = (n_stored + 31) / 32, s0 = lane * run;
+    const int64_t s1 = s0 + run < n_stored ? s0 + run : n_stored;
+    int32_t total = 0, chosen = 0;
+    for (int64_t s = s0; s < s1; ++s) {
+      total += count[s];
+      chosen += count[s] > 0;
     }
-    *m.n_active = active;
+    int32_t total_before = total, chosen_before = chosen;  // inclusive scans over the lanes
+    for (int d = 1; d < 32; d *= 2) {
+      const int32_t t = __shfl_up_sync(0xffffffffu, total_before, d);
+      const int32_t c = __shfl_up_sync(0xffffffffu, chosen_before, d);
+      if (lane >= d) {
+        total_before += t;
+        chosen_before += c;
+      }
+    }
+    total_before -= total;
+    chosen_before -= chosen;
+    for (int64_t s = s0; s < s1; ++s) {
+      const int32_t c = count[s];
+      m.start[s] = total_before;
+      count[s] = total_before;
+      if (c > 0) m.active[chosen_before++] = static_cast<int32_t>(s);
+      total_before += c;
+    }
+    if (lane == 31) {
+      m.start[n_stored] = total_before;
+      *m.n_active = chosen_before;
+    }
   }
   __syncthreads();
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    int32_t at = m.start[s];
+    int32_t at = count[s];
     for (int64_t p = 0; p < pairs; ++p)
       if (expert_index[p] == s) m.order[at++] = static_cast<int32_t>(p);
   }
@@ -272,7 +297,8 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
                         float* workspace, cudaStream_t stream) {
   const int64_t pairs = rows * k;
   if (pairs <= 0) return;
-  moe_group_kernel<<<1, 256, 0, stream>>>(expert_index, pairs, n_stored, workspace);
+  moe_group_kernel<<<1, 256, static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream>>>(
+      expert_index, pairs, n_stored, workspace);
   check_launch("moe_experts grouping");
   const unsigned slots = static_cast<unsigned>(pairs < n_stored ? pairs : n_stored);
   const unsigned threads = 32 * kExpertWarps;
