@@ -33,6 +33,7 @@ __device__ float score(const float* qv, const float* kv, int64_t head_dim, float
 // It writes (m, l, acc) to partial[t][s].
 __global__ void attention_split_kernel(const float* __restrict__ q,
                                        const int32_t* __restrict__ positions,
+                                       const int32_t* __restrict__ cache_row0,
                                        const float* __restrict__ k_cache,
                                        const float* __restrict__ v_cache, int64_t n_heads,
                                        int64_t n_kv_heads, int64_t head_dim, int64_t window,
@@ -46,8 +47,9 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
   const int64_t first = window > 0 ? (last - window + 1 > 0 ? last - window + 1 : 0) : 0;
   const int64_t kv_stride = n_kv_heads * head_dim;
   const float* qv = q + t * head_dim;
-  const float* kbase = k_cache + kvh * head_dim;
-  const float* vbase = v_cache + kvh * head_dim;
+  const int64_t base = (cache_row0 ? cache_row0[r] : 0) * kv_stride + kvh * head_dim;
+  const float* kbase = k_cache + base;
+  const float* vbase = v_cache + base;
 
   float m = -__int_as_float(0x7f800000), l = 0.0f;
   float acc[2] = {0.0f, 0.0f};
@@ -112,17 +114,19 @@ int64_t attention_partial_floats(int64_t rows, int64_t n_heads, int64_t head_dim
   return rows * n_heads * kSplits * (head_dim + 2);
 }
 
-void launch_attention(const float* q, int64_t rows, const int32_t* positions, const float* k_cache,
-                      const float* v_cache, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                      int64_t window, float* out, float* partial, cudaStream_t stream) {
+void launch_attention(const float* q, int64_t rows, const int32_t* positions,
+                      const int32_t* cache_row0, const float* k_cache, const float* v_cache,
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t window,
+                      float* out, float* partial, cudaStream_t stream) {
   if (rows <= 0) return;
   if (head_dim > kMaxHeadDim)
     throw Error("CUDA attention supports head_dim up to " + std::to_string(kMaxHeadDim) + ", not " +
                 std::to_string(head_dim) + ".");
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   const dim3 grid(static_cast<unsigned>(rows * n_heads), kSplits);
-  attention_split_kernel<<<grid, kThreads, 0, stream>>>(
-      q, positions, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale, partial);
+  attention_split_kernel<<<grid, kThreads, 0, stream>>>(q, positions, cache_row0, k_cache, v_cache,
+                                                        n_heads, n_kv_heads, head_dim, window,
+                                                        scale, partial);
   check_launch("attention");
   attention_combine_kernel<<<static_cast<unsigned>(rows * n_heads), kThreads, 0, stream>>>(
       partial, head_dim, out);
@@ -134,8 +138,8 @@ void CudaBackend::attention(const float* q, int64_t rows, const int32_t* positio
                             int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) {
   float* partial = static_cast<float*>(scratch(
       static_cast<size_t>(attention_partial_floats(rows, n_heads, head_dim)) * sizeof(float)));
-  launch_attention(q, rows, positions, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, out,
-                   partial, stream_);
+  launch_attention(q, rows, positions, nullptr, k_cache, v_cache, n_heads, n_kv_heads, head_dim,
+                   window, out, partial, stream_);
 }
 
 }  // namespace drama::cuda

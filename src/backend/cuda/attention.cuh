@@ -15,8 +15,10 @@ namespace drama::cuda {
 
 // Floats of the `partial` workspace launch_attention needs.
 int64_t attention_partial_floats(int64_t rows, int64_t n_heads, int64_t head_dim);
-void launch_attention(const float* q, int64_t rows, const int32_t* positions, const float* k_cache,
-                      const float* v_cache, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                      int64_t window, float* out, float* partial, cudaStream_t stream);
+// cache_row0: row r's cache starts at cache row cache_row0[r] (null: row 0 for every row).
+void launch_attention(const float* q, int64_t rows, const int32_t* positions,
+                      const int32_t* cache_row0, const float* k_cache, const float* v_cache,
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t window,
+                      float* out, float* partial, cudaStream_t stream);
 
 }  // namespace drama::cuda

@@ -13,6 +13,22 @@ __global__ void guidance_kernel(const float* cond, const float* uncond, int64_t 
   if (i < n) out[i] = uncond[i] + gamma * (cond[i] - uncond[i]);
 }
 
+__global__ void guidance_rows_kernel(const float* __restrict__ logits, int64_t vocab,
+                                     const GuidanceRowSpec* __restrict__ rows, int64_t n,
+                                     float* __restrict__ out) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n * vocab) return;
+  const int64_t i = e / vocab, v = e % vocab;
+  const GuidanceRowSpec g = rows[i];
+  const float c = logits[static_cast<int64_t>(g.cond_row) * vocab + v];
+  if (g.uncond_row < 0) {
+    out[e] = c;
+    return;
+  }
+  const float u = logits[static_cast<int64_t>(g.uncond_row) * vocab + v];
+  out[e] = u + g.gamma * (c - u);
+}
+
 __global__ void non_finite_kernel(const float* __restrict__ x, int64_t n, int32_t* flag) {
   bool bad = false;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -27,6 +43,13 @@ void launch_guidance_combine(const float* cond, const float* uncond, int64_t n, 
                              float* out, cudaStream_t stream) {
   if (n <= 0) return;
   guidance_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(cond, uncond, n, gamma, out);
+  check_launch("guidance_combine");
+}
+
+void launch_guidance_rows(const float* logits, int64_t vocab, const GuidanceRowSpec* rows,
+                          int64_t n, float* out, cudaStream_t stream) {
+  if (n * vocab <= 0) return;
+  guidance_rows_kernel<<<blocks_for(n * vocab, 256), 256, 0, stream>>>(logits, vocab, rows, n, out);
   check_launch("guidance_combine");
 }
 

@@ -65,7 +65,18 @@ __global__ void add_kernel(const float* x, int64_t n, float* y) {
   if (i < n) y[i] += x[i];
 }
 
+__global__ void sigmoid_kernel(const float* x, int64_t n, float* y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
 }  // namespace
+
+void launch_sigmoid(const float* x, int64_t n, float* y, cudaStream_t stream) {
+  if (n <= 0) return;
+  sigmoid_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  check_launch("sigmoid");
+}
 
 void launch_embed_sum(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t rows,
                       int64_t ids_per_row, float* out, cudaStream_t stream) {

@@ -17,5 +17,7 @@ void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const 
                  float theta, cudaStream_t stream);
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 void launch_add(const float* x, int64_t n, float* y, cudaStream_t stream);
+// y = 1 / (1 + exp(-x)).
+void launch_sigmoid(const float* x, int64_t n, float* y, cudaStream_t stream);
 
 }  // namespace drama::cuda

@@ -1,0 +1,31 @@
+// Batched sampling on the device (spec section 6; util/sampling.h is the reference): one block
+// per row, the same steps as the host sampler, so the ids are the host sampler's: temperature
+// (float32 divide), candidates in (score descending, id ascending) order (top-k by k rounds of a
+// block-wide arg-max, or a bitonic sort when top-k keeps more than kSortRounds), then one thread
+// walks the candidates with float64 exponentials, top-p and the counter-based uniform.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace drama::cuda {
+
+// Layout of drama::SampleRow (backend.h of the sessions-and-lanes interface).
+struct SampleParamsRow {
+  float temperature;
+  int32_t top_k;
+  float top_p;
+  int32_t pad;
+  uint64_t seed;
+  uint64_t frame;
+};
+
+// ids[i * stride] for i < n; a row holding NaN or Inf writes id 0 and sets flags[i * stride] =
+// codebook + 1 unless already set. Vocabularies up to kMaxSampleVocab.
+constexpr int64_t kMaxSampleVocab = 4096;
+void launch_sample_rows(const float* logits, int64_t vocab, const SampleParamsRow* rows, int64_t n,
+                        int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
+                        cudaStream_t stream);
+
+}  // namespace drama::cuda
