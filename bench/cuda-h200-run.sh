@@ -42,10 +42,10 @@ for k, v in j.get("expert_products_grouped_one_layer", {}).items():
     print("experts grouped", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
 print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
 PY
-  section "Nsight Compute: one grouped expert launch and one attention projection"
+  section "Nsight Compute: the grouped expert kernels (grouping, gate/up, down) of one layer"
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ -x "$ncu" ]; then
-    timeout 240 "$ncu" --clock-control none -k regex:'moe_gate_up|moe_down|linear_kernel' -c 3 \
+    timeout 240 "$ncu" --clock-control none -k regex:'moe_' -c 3 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis "$drama" bench decode --backend cuda \
       --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu.txt" 2>&1
     echo "ncu exit $?"; grep -E "moe_|linear_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)" "$out/ncu.txt" | head -40

@@ -20,4 +20,11 @@ void run_grouped_experts(Backend& backend, const ExpertTriple* experts, int64_t 
                          int64_t k, int64_t out_slots, float* out, float* workspace);
 int64_t grouped_experts_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
 
+// Seconds per replay of run_grouped_experts captured once as a CUDA graph (no launch gaps: what
+// the per-frame graph will see), median of `replays` timed with device events.
+double time_grouped_experts_graph(Backend& backend, const ExpertTriple* experts, int64_t n_stored,
+                                  const float* x, int64_t rows, int64_t hidden,
+                                  const int32_t* expert_index, int64_t k, int64_t out_slots,
+                                  float* out, float* workspace, int replays);
+
 }  // namespace drama::cuda
