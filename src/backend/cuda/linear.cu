@@ -23,10 +23,11 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
     const float* xs[kRowTile];
     for (int rr = 0; rr < kRowTile; ++rr) xs[rr] = x + (r0 + (rr < nr ? rr : 0)) * in;
     float acc[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if constexpr (Format == WeightFormat::NVFP4)
-      nvfp4_lane_dots(static_cast<const uint8_t*>(data) + o * (in / 2), scales + o * (in / 16), in,
-                      xs, nr, vec_x, acc);
-    else
+    if constexpr (Format == WeightFormat::NVFP4) {
+      const uint8_t* cr[1] = {static_cast<const uint8_t*>(data) + o * (in / 2)};
+      const uint8_t* sr[1] = {scales + o * (in / 16)};
+      nvfp4_lane_dots<1>(cr, sr, in, xs, nr, vec_x, acc);
+    } else
       bf16_lane_dots(static_cast<const uint16_t*>(data) + o * in, in, xs, nr, acc);
     for (int rr = 0; rr < kRowTile; ++rr) {
       if (rr >= nr) break;

@@ -16,27 +16,37 @@
 namespace drama::cuda {
 
 constexpr int kRowTile = 4;
+constexpr int kAhead = 4;  // loads a lane issues before their arithmetic
 
 // BF16 [in] row against xs[0..nr): lane l owns chunks of 8 inputs c = l, l + 32, ... (in % 8 ==
-// 0: one 16-byte load per chunk) or single inputs i = l, l + 32, ... (otherwise); each product
-// is added with one fused multiply-add.
+// 0: one 16-byte load per chunk, kAhead chunks loaded before their arithmetic) or single inputs
+// i = l, l + 32, ... (otherwise); each product is added with one fused multiply-add.
 __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, int64_t in,
                                                const float* const* xs, int nr, float* acc) {
   const int lane = threadIdx.x % 32;
   if (in % 8 == 0) {
-#pragma unroll 2
-    for (int64_t c = lane; c < in / 8; c += 32) {
-      const uint4 packed = __ldg(reinterpret_cast<const uint4*>(wr) + c);
-      const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
-      float wv[8];
-      for (int q = 0; q < 4; ++q) {
-        wv[2 * q] = __uint_as_float(words[q] << 16);
-        wv[2 * q + 1] = __uint_as_float(words[q] & 0xffff0000u);
-      }
-      for (int rr = 0; rr < kRowTile; ++rr) {
-        if (rr >= nr) break;
-        const float* xr = xs[rr] + c * 8;
-        for (int e = 0; e < 8; ++e) acc[rr] = fmaf(wv[e], xr[e], acc[rr]);
+    const int64_t chunks = in / 8;
+    for (int64_t g0 = lane; g0 < chunks; g0 += 32 * kAhead) {
+      uint4 packed[kAhead];
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i)
+        if (g0 + 32 * i < chunks)
+          packed[i] = __ldg(reinterpret_cast<const uint4*>(wr) + g0 + 32 * i);
+#pragma unroll
+      for (int i = 0; i < kAhead; ++i) {
+        const int64_t c = g0 + 32 * i;
+        if (c >= chunks) break;
+        const uint32_t words[4] = {packed[i].x, packed[i].y, packed[i].z, packed[i].w};
+        float wv[8];
+        for (int q = 0; q < 4; ++q) {
+          wv[2 * q] = __uint_as_float(words[q] << 16);
+          wv[2 * q + 1] = __uint_as_float(words[q] & 0xffff0000u);
+        }
+        for (int rr = 0; rr < kRowTile; ++rr) {
+          if (rr >= nr) break;
+          const float* xr = xs[rr] + c * 8;
+          for (int e = 0; e < 8; ++e) acc[rr] = fmaf(wv[e], xr[e], acc[rr]);
+        }
       }
     }
     return;
@@ -65,38 +75,58 @@ __device__ __forceinline__ void nvfp4_expand(uint2 packed, float* wv) {
     }
 }
 
-// NVFP4 row (codes [in/2], scales [in/16]) against xs[0..nr): lane l owns blocks of 16 inputs
-// b = l, l + 32, ...; a block's 16 products with x are summed in input order with fused
+// NVFP4 rows against xs[0..nr): NW weight rows at once (1, or 2 for gate and up), each
+// (codes [in/2], scales [in/16]) into its own acc[w * kRowTile + rr]. Lane l owns blocks of 16
+// inputs b = l, l + 32, ...; a block's 16 products with x are summed in input order with fused
 // multiply-adds, and the block sum is added to the lane's sum times (block scale * 2^14), exact
 // (an e4m3 value times a power of two). The caller multiplies the warp's sum by scale_2 once.
-// vec_x: every xs[rr] starts on 16 bytes (float4 loads); the sums are the same either way.
-__device__ __forceinline__ void nvfp4_lane_dots(const uint8_t* __restrict__ cr,
-                                                const uint8_t* __restrict__ sr, int64_t in,
-                                                const float* const* xs, int nr, bool vec_x,
-                                                float* acc) {
+// The lane's blocks go in groups of kAhead: every load of a group (all NW rows) is issued before
+// any of its arithmetic, so a warp has kAhead * NW loads in flight; the order of the sums is the
+// same as one block at a time. vec_x: every xs[rr] starts on 16 bytes (float4 loads).
+template <int NW>
+__device__ __forceinline__ void nvfp4_lane_dots(const uint8_t* const* cr, const uint8_t* const* sr,
+                                                int64_t in, const float* const* xs, int nr,
+                                                bool vec_x, float* acc) {
   const int lane = threadIdx.x % 32;
   const int64_t blocks = in / 16;
-  const uint2* codes = reinterpret_cast<const uint2*>(cr);
-#pragma unroll 4
-  for (int64_t b = lane; b < blocks; b += 32) {
-    const uint2 packed = __ldg(codes + b);
-    const float s = e4m3_to_f32(__ldg(sr + b)) * 16384.0f;
-    float wv[16];
-    nvfp4_expand(packed, wv);
-    for (int rr = 0; rr < kRowTile; ++rr) {
-      if (rr >= nr) break;
-      const float* xb = xs[rr] + b * 16;
-      float part = 0.0f;
-      for (int q = 0; q < 4; ++q) {
-        const float4 xv = vec_x
-                              ? reinterpret_cast<const float4*>(xb)[q]
-                              : make_float4(xb[4 * q], xb[4 * q + 1], xb[4 * q + 2], xb[4 * q + 3]);
-        part = fmaf(wv[4 * q], xv.x, part);
-        part = fmaf(wv[4 * q + 1], xv.y, part);
-        part = fmaf(wv[4 * q + 2], xv.z, part);
-        part = fmaf(wv[4 * q + 3], xv.w, part);
+  for (int64_t g0 = lane; g0 < blocks; g0 += 32 * kAhead) {
+    uint2 packed[NW][kAhead];
+    uint8_t scale[NW][kAhead];
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      const int64_t b = g0 + 32 * i;
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+        if (b < blocks) {
+          packed[w][i] = __ldg(reinterpret_cast<const uint2*>(cr[w]) + b);
+          scale[w][i] = __ldg(sr[w] + b);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+      const int64_t b = g0 + 32 * i;
+      if (b >= blocks) break;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        const float s = e4m3_to_f32(scale[w][i]) * 16384.0f;
+        float wv[16];
+        nvfp4_expand(packed[w][i], wv);
+        for (int rr = 0; rr < kRowTile; ++rr) {
+          if (rr >= nr) break;
+          const float* xb = xs[rr] + b * 16;
+          float part = 0.0f;
+          for (int q = 0; q < 4; ++q) {
+            const float4 xv =
+                vec_x ? reinterpret_cast<const float4*>(xb)[q]
+                      : make_float4(xb[4 * q], xb[4 * q + 1], xb[4 * q + 2], xb[4 * q + 3]);
+            part = fmaf(wv[4 * q], xv.x, part);
+            part = fmaf(wv[4 * q + 1], xv.y, part);
+            part = fmaf(wv[4 * q + 2], xv.z, part);
+            part = fmaf(wv[4 * q + 3], xv.w, part);
+          }
+          acc[w * kRowTile + rr] = fmaf(part, s, acc[w * kRowTile + rr]);
+        }
       }
-      acc[rr] = fmaf(part, s, acc[rr]);
     }
   }
 }

@@ -187,15 +187,25 @@ __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64
   }
 }
 
-template <WeightFormat Format>
-__device__ __forceinline__ void expert_dots(const DeviceExpert& e, int which, int64_t o, int64_t in,
-                                            const float* const* xs, int nr, bool vec_x,
+// Rows `which[0..NW)` of expert e (0 gate, 1 up, 2 down) at output o against xs, into
+// acc[w * kRowTile + rr].
+template <WeightFormat Format, int NW>
+__device__ __forceinline__ void expert_dots(const DeviceExpert& e, const int* which, int64_t o,
+                                            int64_t in, const float* const* xs, int nr, bool vec_x,
                                             float* acc) {
-  if constexpr (Format == WeightFormat::NVFP4)
-    nvfp4_lane_dots(static_cast<const uint8_t*>(e.data[which]) + o * (in / 2),
-                    e.scales[which] + o * (in / 16), in, xs, nr, vec_x, acc);
-  else
-    bf16_lane_dots(static_cast<const uint16_t*>(e.data[which]) + o * in, in, xs, nr, acc);
+  if constexpr (Format == WeightFormat::NVFP4) {
+    const uint8_t* cr[NW];
+    const uint8_t* sr[NW];
+    for (int w = 0; w < NW; ++w) {
+      cr[w] = static_cast<const uint8_t*>(e.data[which[w]]) + o * (in / 2);
+      sr[w] = e.scales[which[w]] + o * (in / 16);
+    }
+    nvfp4_lane_dots<NW>(cr, sr, in, xs, nr, vec_x, acc);
+  } else {
+    for (int w = 0; w < NW; ++w)
+      bf16_lane_dots(static_cast<const uint16_t*>(e.data[which[w]]) + o * in, in, xs, nr,
+                     acc + w * kRowTile);
+  }
 }
 
 // Grid (expert slot, column group); act[pair position, o] = silu(gate . x) * (up . x).
@@ -217,9 +227,11 @@ __global__ void moe_gate_up_kernel(const DeviceExpert* __restrict__ experts, int
     const float* xs[kRowTile];
     for (int rr = 0; rr < kRowTile; ++rr)
       xs[rr] = x + (m.order[p0 + i0 + (rr < nr ? rr : 0)] / k) * hidden;
-    float g[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f}, u[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f};
-    expert_dots<Format>(e, 0, o, hidden, xs, nr, vec_x, g);
-    expert_dots<Format>(e, 1, o, hidden, xs, nr, vec_x, u);
+    float acc[2 * kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    const int gate_up[2] = {0, 1};
+    expert_dots<Format, 2>(e, gate_up, o, hidden, xs, nr, vec_x, acc);
+    const float* g = acc;
+    const float* u = acc + kRowTile;
     for (int rr = 0; rr < kRowTile; ++rr) {
       if (rr >= nr) break;
       float gs = warp_sum(g[rr]), us = warp_sum(u[rr]);
@@ -252,7 +264,8 @@ __global__ void moe_down_kernel(const DeviceExpert* __restrict__ experts, int64_
     const float* xs[kRowTile];
     for (int rr = 0; rr < kRowTile; ++rr) xs[rr] = m.act + (p0 + i0 + (rr < nr ? rr : 0)) * inter;
     float acc[kRowTile] = {0.0f, 0.0f, 0.0f, 0.0f};
-    expert_dots<Format>(e, 2, o, inter, xs, nr, vec_x, acc);
+    const int down[1] = {2};
+    expert_dots<Format, 1>(e, down, o, inter, xs, nr, vec_x, acc);
     for (int rr = 0; rr < kRowTile; ++rr) {
       if (rr >= nr) break;
       float sum = warp_sum(acc[rr]);
