@@ -35,11 +35,9 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 for k, v in j["backbone_step"].items():
     print(k, "%.3f ms/step" % v["per_step_ms"], "roofline %.3f ms" % v["copy_roofline_ms"],
-          "fraction %.3f" % v["fraction_of_copy_roofline"])
+          "fraction %.3f" % v["fraction_of_copy_roofline"], v.get("host_transfers_per_step"))
 for k, v in j["expert_products_one_layer"].items():
-    print("experts per launch", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
-for k, v in j.get("expert_products_grouped_one_layer", {}).items():
-    print("experts grouped", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
+    print("experts (moe_experts)", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
 print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
 PY
   section "Nsight Compute: the grouped expert kernels (grouping, gate/up, down) of one layer"
@@ -52,6 +50,23 @@ PY
   else
     echo "no ncu"
   fi
+  section "machine facts into the receipts"
+  python3 - "$out" <<'PY' || true
+import json, subprocess, sys, datetime, os
+q = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit"
+vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"],
+                      capture_output=True, text=True).stdout.strip().split(", ")
+machine = dict(zip(q.split(","), vals))
+machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
+for name in ("contract-h200.json", "decode-h200.json"):
+    path = os.path.join(sys.argv[1], name)
+    if os.path.exists(path):
+        j = json.load(open(path))
+        j["machine"] = machine
+        json.dump(j, open(path, "w"), indent=2)
+print(machine)
+PY
   section "say --backend auto (mini)"
   timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
   section "serve --backend cuda: /health"

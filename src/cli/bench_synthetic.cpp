@@ -3,7 +3,7 @@
 // backend's memory, with no checkpoint files: BF16 tensors N(0, 0.02), NVFP4 codes uniform, block
 // scales in [0.5, 2], norms 1. Each tensor is uploaded from a small host pattern at its own
 // offset, so a 17 GB model costs no 17 GB of host memory. Beside the step: the NVFP4 expert
-// products of one layer alone (gate, up and down of experts_per_token experts), and the device's
+// products of one layer alone (Backend::moe_experts, as the step runs them), and the device's
 // copy bandwidth measured in the same run (CUDA: device-to-device; CPU: host memcpy).
 #include <algorithm>
 #include <chrono>
@@ -18,8 +18,9 @@
 #include "cli/bench.h"
 #include "format/config.h"
 #include "model/backbone.h"
-#include "model/exec.h"
-#include "model/kv_cache.h"
+#include "model/kv_pool.h"
+#include "model/transformer.h"
+#include "model/workspace.h"
 #include "util/dtype.h"
 #include "util/error.h"
 
@@ -189,112 +190,87 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   b.synchronize();
   const double build_s = std::chrono::duration<double>(Clock::now() - t_build).count();
   Backbone backbone(b, c, w);
-  Exec exec(b);
+  Workspace ws(b);
   const auto& bb = c.backbone;
   const int64_t H = bb.hidden_size, kv = bb.num_kv_heads * bb.head_dim;
-  const int64_t prompt = 64, capacity = prompt + steps * repeats + 8;
-  KvCache cache0(b, bb.num_layers, capacity, kv), cache1(b, bb.num_layers, capacity, kv);
+  const int64_t prompt = 64, capacity = prompt + 8;
+  KvPool cache(b, bb.num_layers, 2, capacity, kv);
   auto x = b.alloc(static_cast<size_t>(prompt * H) * 4), h = b.alloc(2 * H * 4),
        logits = b.alloc(static_cast<size_t>(2 * (c.audio.codebook_size + 1)) * 4);
-  // Prefill both branches with `prompt` audio frames of random codes (fills the KV caches).
+  // Prefill both branches (cache slots 0 and 1) with `prompt` audio frames of fixed codes.
   std::vector<int32_t> codes(static_cast<size_t>(prompt * c.audio.num_codebooks));
   for (size_t i = 0; i < codes.size(); ++i)
     codes[i] = static_cast<int32_t>(i * 7919 % c.audio.codebook_size);
-  for (KvCache* cache : {&cache0, &cache1}) {
-    backbone.embed_frames(exec, codes, prompt, x->f32());
-    const Segment seg{cache, 0, prompt, 0};
-    backbone.forward(exec, x->f32(), prompt, {&seg, 1});
+  for (int64_t slot = 0; slot < 2; ++slot) {
+    HostRowTables t;
+    for (int64_t p = 0; p < prompt; ++p) t.add(cache, slot, p);
+    backbone.embed_frames(ws, codes, prompt, x->f32());
+    backbone.forward(ws, x->f32(), prompt, t.upload(ws), cache);
   }
   b.synchronize();
 
+  // Every timed step decodes position `prompt` of each branch (rewriting that KV row), so each
+  // step does the same work; the row tables are uploaded once per batch size.
   nlohmann::json results = nlohmann::json::object();
-  int64_t position = prompt;
   for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
+    HostRowTables host_tables;
+    for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
+    const std::span<const int32_t> step_codes(codes.data(),
+                                              static_cast<size_t>(c.audio.num_codebooks * rows));
+    // The tables live in the workspace's kPositions buffer, which embed_frames leaves alone.
+    const RowTables tables = host_tables.upload(ws);
     std::vector<double> per_step;
-    uint64_t step_bytes = 0;
+    uint64_t step_bytes = 0, step_d2h = 0, step_h2d = 0, step_allocs = 0;
     for (int rep = 0; rep < repeats; ++rep) {
+      const uint64_t before = ws.weight_bytes_read();
+      const TransferCounters t0c = b.transfers();
       const auto t0 = Clock::now();
-      const uint64_t before = exec.traffic.bytes;
       for (int64_t s = 0; s < steps; ++s) {
-        backbone.embed_frames(
-            exec, std::span<const int32_t>(codes).subspan(0, c.audio.num_codebooks * rows), rows,
-            x->f32());
-        const Segment segs[2] = {{&cache0, 0, 1, position}, {&cache1, 1, 1, position}};
-        backbone.forward(exec, x->f32(), rows, {segs, static_cast<size_t>(rows)});
-        backbone.final_norm(exec, x->f32(), rows, h->f32());
-        backbone.codebook0_logits(exec, h->f32(), rows, logits->f32());
+        backbone.embed_frames(ws, step_codes, rows, x->f32());
+        backbone.forward(ws, x->f32(), rows, tables, cache);
+        backbone.final_norm(ws, x->f32(), rows, h->f32());
+        backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
       }
       b.synchronize();
       per_step.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / steps);
-      step_bytes = (exec.traffic.bytes - before) / steps;
+      const TransferCounters t1c = b.transfers();
+      step_bytes = (ws.weight_bytes_read() - before) / steps;
+      step_d2h = (t1c.d2h_calls - t0c.d2h_calls) / steps;
+      step_h2d = (t1c.h2d_calls - t0c.h2d_calls) / steps;
+      step_allocs = (t1c.allocs - t0c.allocs) / steps;
     }
     const double t = median(per_step);
-    results[rows == 1 ? "batch1" : "paired_batch2"] = {{"rows", rows},
-                                                       {"per_step_ms", t * 1e3},
-                                                       {"samples_ms",
-                                                        [&] {
-                                                          nlohmann::json a =
-                                                              nlohmann::json::array();
-                                                          for (double v : per_step)
-                                                            a.push_back(v * 1e3);
-                                                          return a;
-                                                        }()},
-                                                       {"weight_bytes_per_step", step_bytes},
-                                                       {"effective_gb_s", step_bytes / t / 1e9}};
+    nlohmann::json samples = nlohmann::json::array();
+    for (double v : per_step) samples.push_back(v * 1e3);
+    results[rows == 1 ? "batch1" : "paired_batch2"] = {
+        {"rows", rows},
+        {"per_step_ms", t * 1e3},
+        {"samples_ms", samples},
+        {"weight_bytes_per_step", step_bytes},
+        {"effective_gb_s", step_bytes / t / 1e9},
+        {"host_transfers_per_step",
+         {{"d2h", step_d2h}, {"h2d", step_h2d}, {"allocs", step_allocs}}}};
   }
 
-  // The NVFP4 expert products of one MoE layer alone: experts_per_token experts' gate, up and
-  // down for one row (as batch 1 routes), then for two rows sharing them.
+  // The NVFP4 expert products of one MoE layer alone, through Backend::moe_experts (all rows'
+  // experts, the choice on the device): one row, two rows sharing their experts, and two rows with
+  // disjoint experts (as the guidance branches usually route); on CUDA also as one graph replay.
   nlohmann::json experts = nlohmann::json::object();
   int64_t moe_layer = -1;
   for (int64_t l = 0; l < bb.num_layers && moe_layer < 0; ++l)
     if (!w.backbone[l].dense) moe_layer = l;
   if (moe_layer >= 0) {
     const auto& ex = w.backbone[moe_layer].moe.experts;
-    const int64_t k = std::min<int64_t>(c.moe.experts_per_token, ex.size()),
-                  I = c.moe.expert_intermediate_size;
-    auto in = b.alloc(2 * H * 4), mid = b.alloc(2 * I * 4), out = b.alloc(2 * H * 4);
-    exec.zero(in->f32(), 2 * H);
-    for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
-      std::vector<double> per;
-      double bytes = 0;
-      for (int rep = 0; rep < repeats; ++rep) {
-        const int64_t calls = 50;
-        const auto t0 = Clock::now();
-        for (int64_t it = 0; it < calls; ++it)
-          for (int64_t e = 0; e < k; ++e) {
-            b.linear(ex[e].gate, in->f32(), rows, mid->f32());
-            b.linear(ex[e].up, in->f32(), rows, mid->f32());
-            b.linear(ex[e].down, mid->f32(), rows, out->f32());
-          }
-        b.synchronize();
-        per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
-        bytes = static_cast<double>(k) * (2 * weight_bytes(ex[0].gate) + weight_bytes(ex[0].down));
-      }
-      const double t = median(per);
-      experts[rows == 1 ? "rows1" : "rows2"] = {{"experts", k},
-                                                {"launches", 3 * k},
-                                                {"us_per_layer", t * 1e6},
-                                                {"weight_bytes", bytes},
-                                                {"effective_gb_s", bytes / t / 1e9}};
-    }
-  }
-#ifdef DRAMA_WITH_CUDA
-  // The same layer's experts through the grouped kernels (three launches for all rows), for one
-  // row, two rows sharing their experts, and two rows with disjoint experts (as the guidance
-  // branches usually route).
-  nlohmann::json grouped = nlohmann::json::object();
-  if (moe_layer >= 0 && b.name().rfind("cuda", 0) == 0) {
-    const auto& ex = w.backbone[moe_layer].moe.experts;
     const int64_t n_stored = static_cast<int64_t>(ex.size());
     const int64_t k = std::min<int64_t>(c.moe.experts_per_token, n_stored);
     const int64_t I = c.moe.expert_intermediate_size;
-    std::vector<cuda::ExpertTriple> table;
+    std::vector<ExpertWeights> table;
     for (const auto& e : ex) table.push_back({e.gate, e.up, e.down});
     auto in = b.alloc(2 * H * 4), out = b.alloc(static_cast<size_t>(2 * k * H) * 4),
          ids = b.alloc(static_cast<size_t>(2 * k) * 4),
-         ws = b.alloc(static_cast<size_t>(cuda::grouped_experts_floats(2, k, I, n_stored)) * 4);
-    exec.zero(in->f32(), 2 * H);
+         wsp =
+             b.alloc(static_cast<size_t>(Backend::moe_workspace_floats(2, k, H, I, n_stored)) * 4);
+    ws.zero(in->f32(), 2 * H);
     const struct {
       const char* name;
       int64_t rows;
@@ -307,14 +283,14 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
           choice.push_back(
               static_cast<int32_t>((j * 13 + (cs.disjoint ? r * k * 13 : 0) + 5) % n_stored));
       b.upload(ids->data(), choice.data(), choice.size() * 4);
+      const auto* idx = static_cast<const int32_t*>(ids->data());
       std::vector<double> per;
       for (int rep = 0; rep < repeats; ++rep) {
         const int64_t calls = 50;
         const auto t0 = Clock::now();
         for (int64_t it = 0; it < calls; ++it)
-          cuda::run_grouped_experts(b, table.data(), n_stored, in->f32(), cs.rows, H,
-                                    static_cast<const int32_t*>(ids->data()), k, k, out->f32(),
-                                    ws->f32());
+          b.moe_experts(table.data(), n_stored, in->f32(), cs.rows, H, idx, k, k, out->f32(),
+                        wsp->f32());
         b.synchronize();
         per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
       }
@@ -324,21 +300,24 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       const double bytes = static_cast<double>(distinct.size()) *
                            (2 * weight_bytes(ex[0].gate) + weight_bytes(ex[0].down));
       const double t = median(per);
-      const double graph_s = cuda::time_grouped_experts_graph(
-          b, table.data(), n_stored, in->f32(), cs.rows, H,
-          static_cast<const int32_t*>(ids->data()), k, k, out->f32(), ws->f32(), 50);
-      grouped[std::string(cs.name) + "_graph"] = {{"rows", cs.rows},
-                                                  {"experts_read", distinct.size()},
-                                                  {"launches", "one graph replay"},
-                                                  {"us_per_layer", graph_s * 1e6},
-                                                  {"weight_bytes", bytes},
-                                                  {"effective_gb_s", bytes / graph_s / 1e9}};
-      grouped[cs.name] = {{"rows", cs.rows},       {"experts_read", distinct.size()},
-                          {"launches", 3},         {"us_per_layer", t * 1e6},
-                          {"weight_bytes", bytes}, {"effective_gb_s", bytes / t / 1e9}};
+      experts[cs.name] = {{"rows", cs.rows},
+                          {"experts_read", distinct.size()},
+                          {"us_per_layer", t * 1e6},
+                          {"weight_bytes", bytes},
+                          {"effective_gb_s", bytes / t / 1e9}};
+#ifdef DRAMA_WITH_CUDA
+      if (b.name().rfind("cuda", 0) == 0) {
+        const double g = cuda::time_moe_experts_graph(b, table.data(), n_stored, in->f32(), cs.rows,
+                                                      H, idx, k, k, out->f32(), wsp->f32(), 50);
+        experts[std::string(cs.name) + "_graph"] = {{"rows", cs.rows},
+                                                    {"experts_read", distinct.size()},
+                                                    {"us_per_layer", g * 1e6},
+                                                    {"weight_bytes", bytes},
+                                                    {"effective_gb_s", bytes / g / 1e9}};
+      }
+#endif
     }
   }
-#endif
   const Ceiling ceil = measure_copy(b.name());
   // HBM serves reads and writes from one budget: the copy rate (bytes read + written) is the
   // rate at which a step can read its weights.
@@ -349,15 +328,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     (*section)["fraction_of_copy_roofline"] =
         bytes / read_rate / ((*section)["per_step_ms"].get<double>() * 1e-3);
   }
-  auto add_fraction = [read_rate](nlohmann::json& sections) {
-    for (auto& [key, section] : sections.items())
-      section["fraction_of_copy_roofline"] = section["weight_bytes"].get<double>() / read_rate /
-                                             (section["us_per_layer"].get<double>() * 1e-6);
-  };
-  add_fraction(experts);
-#ifdef DRAMA_WITH_CUDA
-  add_fraction(grouped);
-#endif
+  for (auto& [key, section] : experts.items())
+    section["fraction_of_copy_roofline"] = section["weight_bytes"].get<double>() / read_rate /
+                                           (section["us_per_layer"].get<double>() * 1e-6);
   nlohmann::json j = {
       {"bench", "decode"},
       {"synthetic", config_path},
@@ -370,9 +343,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       {"position", prompt},
       {"backbone_step", results},
       {"expert_products_one_layer", experts},
-#ifdef DRAMA_WITH_CUDA
-      {"expert_products_grouped_one_layer", grouped},
-#endif
       {"ceiling",
        {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},
         {"what", ceil.what},

@@ -240,10 +240,17 @@ std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault) {
     }
     c.nmse_limit = 64 * kU32 * kU32;
     c.input_norms = {l2(*cond), l2(*unc)};
-    c.run = [cond, unc, g](Backend& b, int64_t r0, int64_t rows, float* out) {
+    // One logits array [cond rows; uncond rows]; output row r combines cond row r0 + r with
+    // uncond row kSliceRows + r0 + r.
+    auto both = std::make_shared<std::vector<float>>(*cond);
+    both->insert(both->end(), unc->begin(), unc->end());
+    c.run = [both, g](Backend& b, int64_t r0, int64_t rows, float* out) {
+      std::vector<GuidanceRow> table;
+      for (int64_t r = 0; r < rows; ++r)
+        table.push_back(
+            {static_cast<int32_t>(r0 + r), static_cast<int32_t>(kSliceRows + r0 + r), g});
       DeviceCopies d(b);
-      b.guidance_combine(d.in(*cond) + r0 * kSliceLen, d.in(*unc) + r0 * kSliceLen,
-                         rows * kSliceLen, g, out);
+      b.guidance_combine(d.in(*both), kSliceLen, d.in(table), rows, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -323,12 +330,22 @@ std::vector<KernelCase> sample_cases(uint64_t seed, Fault) {
     c.input_norms = {l2(*logits)};
     c.run = [logits, sh, key](Backend& b, int64_t r0, int64_t n, float* out) {
       std::vector<float> ids(static_cast<size_t>(n));
-      const SamplingParams p{sh.temperature, sh.top_k, sh.top_p};
       DeviceCopies d(b);
       const float* dev = d.in(*logits);
-      for (int64_t r = 0; r < n; ++r)
-        ids[r] = static_cast<float>(b.sample(dev + (r0 + r) * sh.vocab, sh.vocab, p, key,
-                                             uint64_t(r0 + r), uint64_t((r0 + r) % 8)));
+      for (int64_t r = 0; r < n; ++r) {
+        SampleRow p;
+        p.temperature = sh.temperature;
+        p.top_k = sh.top_k;
+        p.top_p = sh.top_p;
+        p.seed = key;
+        p.frame = uint64_t(r0 + r);
+        int32_t id_flag[2] = {-1, 0};
+        int32_t* out_dev = d.output(id_flag, 2);
+        b.sample_rows(dev + (r0 + r) * sh.vocab, sh.vocab, d.in(&p, 1), 1, (r0 + r) % 8, out_dev,
+                      out_dev + 1, 1);
+        d.finish();
+        ids[r] = static_cast<float>(id_flag[0]);
+      }
       stage(b, out, ids.data(), n);
       return true;
     };
@@ -366,10 +383,17 @@ std::vector<KernelCase> has_non_finite_cases(uint64_t seed, Fault) {
   c.input_norms = {l2(*x)};
   c.run = [=](Backend& b, int64_t r0, int64_t count, float* out) {
     std::vector<float> flags(static_cast<size_t>(count));
+    const SampleRow greedy{0.0f, 0, 1.0f, 0, 0, 0};
     DeviceCopies d(b);
     const float* dev = d.in(*x);
-    for (int64_t r = 0; r < count; ++r)
-      flags[r] = b.has_non_finite(dev + (r0 + r) * n, n) ? 1.0f : 0.0f;
+    const SampleRow* greedy_dev = d.in(&greedy, 1);
+    for (int64_t r = 0; r < count; ++r) {
+      int32_t id_flag[2] = {-1, 0};
+      int32_t* out_dev = d.output(id_flag, 2);
+      b.sample_rows(dev + (r0 + r) * n, n, greedy_dev, 1, 0, out_dev, out_dev + 1, 1);
+      d.finish();
+      flags[r] = id_flag[1] != 0 ? 1.0f : 0.0f;
+    }
     stage(b, out, flags.data(), count);
     return true;
   };
@@ -407,7 +431,13 @@ Limit small_kernel_limit(const char* kernel) {
       std::vector<float> lg = rng.normals(2049);
       DeviceCopies d(b);
       const float* lgd = d.in(lg);
-      return median_seconds(21, [&] { (void)b.sample(lgd, 2049, {0.9f, 50, 1.0f}, 1, 2, 3); });
+      const SampleRow p{0.9f, 50, 1.0f, 0, 1, 2};
+      const SampleRow* pd = d.in(&p, 1);
+      int32_t* id_flag = d.in(std::vector<int32_t>{0, 0});
+      return median_seconds(21, [&] {
+        b.sample_rows(lgd, 2049, pd, 1, 3, id_flag, id_flag + 1, 1);
+        b.synchronize();
+      });
     };
   } else if (name == "expert_combine") {
     l.size = "rows=2 k=8 dim=2048";

@@ -243,8 +243,8 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
     c.input_norms = {l2(*q), l2(*k), l2(*v)};
     c.run = [q, k, v, pos, sh](Backend& b, int64_t r0, int64_t n, float* out) {
       DeviceCopies d(b);
-      b.attention(d.in(*q) + r0 * sh.nh * sh.hd, n, d.in(*pos) + r0, d.in(*k), d.in(*v), sh.nh,
-                  sh.nkv, sh.hd, sh.window, out);
+      b.attention(d.in(*q) + r0 * sh.nh * sh.hd, n, d.in(*pos) + r0, nullptr, d.in(*k), d.in(*v),
+                  sh.nh, sh.nkv, sh.hd, sh.window, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -335,7 +335,7 @@ Limit attention_limit() {
     const int32_t* pd = d.in(pos);
     float* od = d.output(o.data(), o.size());
     return median_seconds(7, [&] {
-      b.attention(qd, 1, pd, kd, vd, nh, nkv, hd, 0, od);
+      b.attention(qd, 1, pd, nullptr, kd, vd, nh, nkv, hd, 0, od);
       b.synchronize();
     });
   };
@@ -370,15 +370,21 @@ Limit elementwise_limit(const char* kernel) {
     const uint16_t* w = d.in(wh);
     const int32_t* pos = d.in(posh);
     float* o = d.in(oh);
+    const std::vector<GuidanceRow> guidance_host = {{0, 1, 1.5f}, {1, 0, 1.5f}};
+    const GuidanceRow* guidance_rows = d.in(guidance_host);
+    const std::vector<SampleRow> greedy_host = {SampleRow{0.0f, 0, 1.0f, 0, 0, 0}};
+    const SampleRow* greedy = d.in(greedy_host);
+    int32_t* id_flag = d.in(std::vector<int32_t>{0, 0});
     return median_seconds(5, [&] {
       if (name == "swiglu") b.swiglu(x, y, n, o);
       if (name == "add") b.add(x, n, o);
       if (name == "elu") b.elu(x, n, 1.0f, o);
       if (name == "gelu") b.gelu(x, n, o);
-      if (name == "guidance_combine") b.guidance_combine(x, y, n, 1.5f, o);
+      // Two rows of n / 2 logits combined into one, twice over (n elements read in all).
+      if (name == "guidance_combine") b.guidance_combine(x, n / 2, guidance_rows, 2, o);
       if (name == "rms_norm") b.rms_norm(x, w, n / 1024, 1024, 1e-6f, o);
       if (name == "scale_rows") b.scale_rows(x, y, n / 1024, 1024, o);
-      if (name == "has_non_finite") (void)b.has_non_finite(x, n);
+      if (name == "has_non_finite") b.sample_rows(x, n, greedy, 1, 0, id_flag, id_flag + 1, 1);
       if (name == "layer_norm") b.layer_norm(x, y, y + 1024, n / 1024, 1024, 1e-5f, o);
       if (name == "rope") b.rope(o, n / 1024, 8, 128, pos, 1e6f);
       b.synchronize();

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -24,10 +25,6 @@
 #include "format/checkpoint.h"
 #include "model/drama3_model.h"
 #include "model/prompt.h"
-
-#ifdef DRAMA_WITH_CUDA
-#include "backend/cuda/grouped_experts.h"
-#endif
 
 #include "model/model_testing.h"
 
@@ -209,8 +206,8 @@ TEST(CudaBatchInvariance, RowAloneEqualsRowInBatchesOf2_3_8_64) {
       {"attention",
        {q_elems,
         [&](int64_t r0, int64_t rows) {
-          b.attention(xd->f32() + r0 * q_elems, rows, pos_dev + r0, kd->f32(), vd->f32(), nh, nkv,
-                      hd, 0, yd->f32());
+          b.attention(xd->f32() + r0 * q_elems, rows, pos_dev + r0, nullptr, kd->f32(), vd->f32(),
+                      nh, nkv, hd, 0, yd->f32());
         }}},
   };
   for (const auto& [kname, spec] : kernels) {
@@ -231,7 +228,6 @@ TEST(CudaBatchInvariance, RowAloneEqualsRowInBatchesOf2_3_8_64) {
   std::printf("%d (kernel, row, batch) comparisons bitwise equal\n", checked);
 }
 
-#ifdef DRAMA_WITH_CUDA
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give
 // for every (row, rank) the bits of the separate gate, up, swiglu and down calls on that row
 // alone, for batches of 1, 2, 3, 8 and 64 rows, NVFP4 and BF16 experts.
@@ -250,7 +246,7 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
     const auto& ex = moe->moe.experts;
     const int64_t n_stored = static_cast<int64_t>(ex.size()), H = c.backbone.hidden_size;
     const int64_t I = ex[0].gate.out, k = std::min<int64_t>(c.moe.experts_per_token, n_stored);
-    std::vector<cuda::ExpertTriple> table;
+    std::vector<ExpertWeights> table;
     for (const auto& e : ex) table.push_back({e.gate, e.up, e.down});
     std::mt19937 gen(11);
     std::normal_distribution<float> normal;
@@ -266,17 +262,16 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
     }
     auto xd = b.alloc(x.size() * 4), idd = b.alloc(choice.size() * 4),
          out = b.alloc(static_cast<size_t>(max_rows * k * H) * 4),
-         ws = b.alloc(static_cast<size_t>(cuda::grouped_experts_floats(max_rows, k, I, n_stored)) *
-                      4),
+         ws = b.alloc(
+             static_cast<size_t>(Backend::moe_workspace_floats(max_rows, k, H, I, n_stored)) * 4),
          g = b.alloc(I * 4), u = b.alloc(I * 4), a = b.alloc(I * 4), y = b.alloc(H * 4);
     b.upload(xd->data(), x.data(), x.size() * 4);
     b.upload(idd->data(), choice.data(), choice.size() * 4);
     std::vector<float> grouped(static_cast<size_t>(max_rows * k * H)), alone(H);
     int checked = 0;
     for (int64_t rows : {1, 2, 3, 8, 64}) {
-      cuda::run_grouped_experts(b, table.data(), n_stored, xd->f32(), rows, H,
-                                static_cast<const int32_t*>(idd->data()), k, k, out->f32(),
-                                ws->f32());
+      b.moe_experts(table.data(), n_stored, xd->f32(), rows, H,
+                    static_cast<const int32_t*>(idd->data()), k, k, out->f32(), ws->f32());
       b.download(grouped.data(), out->data(), static_cast<size_t>(rows * k * H) * 4);
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < k; ++j) {
@@ -295,7 +290,75 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
                 checked);
   }
 }
-#endif
+
+// Lanes on CUDA (spec: "--lanes N ... without changing any request's bytes"): 12 requests, each
+// alone on a one-lane CUDA model, then all of them on a 4-lane CUDA model joining as lanes free
+// up: the same codes, byte for byte. A decode step reads the device once (the codes and flags)
+// and allocates nothing. Requests as tests/model/test_sessions.cpp makes them, in short.
+TEST(CudaLanes, TwelveRequestsOnFourLanesEqualEachAloneAndAStepReadsOnce) {
+  REQUIRE_CUDA(cuda);
+  const Checkpoint ckpt(testing::make_checkpoint("tiny-nvfp4", "--nvfp4"));
+  const Drama3Config& c = ckpt.config();
+  std::vector<SessionSpec> reqs;
+  for (uint64_t s = 0; s < 12; ++s) {
+    std::mt19937_64 rng(s);
+    SessionSpec spec;
+    GenerationOptions& o = spec.options;
+    o.seed = 100 + s;
+    o.gamma = s % 3 == 0 ? 1.0f : 1.5f;
+    o.cfg = s % 2 ? CfgMode::Paired : CfgMode::Separate;
+    o.max_frames = 2 + static_cast<int64_t>(rng() % 10);
+    o.sampling = s % 4 == 1 ? SamplingParams{0.0f, 50, 1.0f} : SamplingParams{0.9f, 50, 1.0f};
+    const std::string text = "lane request " + std::to_string(s) + std::string(rng() % 30, 'x');
+    const Voice v = testing::random_voice(c, 3 + static_cast<int64_t>(rng() % 20), s, "a voice");
+    spec.cond = s % 3 == 2 ? unconditional_prompt(c, text) : conditional_prompt(c, text, v);
+    if (s % 3 == 1) spec.uncond = unconditional_prompt(c, text);
+    reqs.push_back(std::move(spec));
+  }
+  std::vector<std::vector<int32_t>> want;
+  {
+    Drama3Model one(ckpt, *cuda, {1, 128});
+    for (const SessionSpec& r : reqs)
+      want.push_back(one.generate(r.cond, r.uncond ? &*r.uncond : nullptr, r.options, {}).codes);
+  }
+  Drama3Model many(ckpt, *cuda, {4, 16});
+  std::vector<std::vector<int32_t>> got(reqs.size());
+  std::map<uint64_t, size_t> of;
+  size_t next = 0, done = 0;
+  int64_t batched = 0, checked_steps = 0;
+  for (int guard = 0; done < reqs.size() && guard < 10000; ++guard) {
+    for (; next < reqs.size() && many.free_lanes() > 0; ++next) of[many.join(reqs[next])] = next;
+    const bool decoding = many.counters().prefill_rows > 0 && many.active_sessions() == 4;
+    const TransferCounters before = cuda->transfers();
+    const std::vector<StepEvent> events = many.step();
+    const TransferCounters after = cuda->transfers();
+    int64_t made = 0;
+    for (const StepEvent& e : events) made += !e.finished;
+    batched += made >= 2;
+    if (decoding && made == 4) {  // a pure decode step of four sessions
+      EXPECT_EQ(after.d2h_calls - before.d2h_calls, 1u);
+      EXPECT_EQ(after.allocs, before.allocs);
+      ++checked_steps;
+    }
+    for (const StepEvent& e : events) {
+      const size_t i = of.at(e.session);
+      if (e.finished) {
+        EXPECT_TRUE(e.error.empty()) << e.error;
+        of.erase(e.session);
+        ++done;
+        continue;
+      }
+      got[i].insert(got[i].end(), e.codes.begin(), e.codes.end());
+    }
+  }
+  ASSERT_EQ(done, reqs.size());
+  EXPECT_GT(batched, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  std::printf(
+      "12 requests on 4 CUDA lanes: %lld batched steps, %lld decode steps checked for one "
+      "read and no allocation\n",
+      static_cast<long long>(batched), static_cast<long long>(checked_steps));
+}
 
 }  // namespace
 }  // namespace drama

@@ -134,11 +134,12 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
 }
 
 void CudaBackend::attention(const float* q, int64_t rows, const int32_t* positions,
-                            const float* k_cache, const float* v_cache, int64_t n_heads,
-                            int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) {
+                            const int32_t* cache_row0, const float* k_cache, const float* v_cache,
+                            int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t window,
+                            float* out) {
   float* partial = static_cast<float*>(scratch(
       static_cast<size_t>(attention_partial_floats(rows, n_heads, head_dim)) * sizeof(float)));
-  launch_attention(q, rows, positions, nullptr, k_cache, v_cache, n_heads, n_kv_heads, head_dim,
+  launch_attention(q, rows, positions, cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim,
                    window, out, partial, stream_);
 }
 

@@ -1,6 +1,7 @@
 #include "backend/cuda/copy.cuh"
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.cuh"
 
 namespace drama::cuda {
 
@@ -73,6 +74,22 @@ void launch_gather_ids(const int32_t* src, const int32_t* index, const int32_t* 
   if (n <= 0) return;
   gather_ids_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(src, index, offset, n, dst);
   check_launch("gather_ids");
+}
+
+void CudaBackend::copy_2d(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                          int64_t src_col_stride, int64_t rows, int64_t cols) {
+  launch_copy_2d(dst, dst_stride, src, src_stride, src_col_stride, rows, cols, stream_);
+}
+void CudaBackend::fill(float* dst, int64_t stride, int64_t rows, int64_t cols, float value) {
+  launch_fill(dst, stride, rows, cols, value, stream_);
+}
+void CudaBackend::copy_rows(const float* src, const int32_t* src_row, float* dst,
+                            const int32_t* dst_row, int64_t n, int64_t dim) {
+  launch_copy_rows(src, src_row, dst, dst_row, n, dim, stream_);
+}
+void CudaBackend::gather_ids(const int32_t* src, const int32_t* index, const int32_t* offset,
+                             int64_t n, int32_t* dst) {
+  launch_gather_ids(src, index, offset, n, dst, stream_);
 }
 
 }  // namespace drama::cuda

@@ -2,11 +2,8 @@
 // live in one .cu/.cuh pair per family beside this file.
 #include "backend/cuda/cuda_backend.cuh"
 
-#include <span>
-
 #include "backend/cuda/common.cuh"
 #include "util/error.h"
-#include "util/sampling.h"
 
 namespace drama {
 
@@ -78,16 +75,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   name_ = "cuda (" + std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
           std::to_string(prop.minor) + ")";
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  check(cudaMalloc(&flag_, sizeof(int32_t)), "cudaMalloc");
-  check(cudaMallocHost(&host_flag_, sizeof(int32_t)), "cudaMallocHost");
 }
 
 CudaBackend::~CudaBackend() {
   (void)cudaStreamSynchronize(stream_);
   resident_.clear();
   scratch_.reset();
-  (void)cudaFree(flag_);
-  (void)cudaFreeHost(host_flag_);
+  expert_tables_.clear();
   (void)cudaStreamDestroy(stream_);
 }
 
@@ -104,18 +98,18 @@ void* CudaBackend::scratch(size_t bytes) {
   return scratch_->data();
 }
 
-std::unique_ptr<DeviceBuffer> CudaBackend::alloc(size_t bytes) {
+std::unique_ptr<DeviceBuffer> CudaBackend::alloc_impl(size_t bytes) {
   return std::make_unique<CudaBuffer>(bytes);
 }
 
-void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+void CudaBackend::upload_impl(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   // From pageable memory the copy has been staged when the call returns, so the caller may
   // reuse `src` at once; kernels queued before it run first.
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
 }
 
-void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+void CudaBackend::download_impl(void* dst, const void* src, size_t bytes) {
   if (!bytes) return;
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
   synchronize();
@@ -142,17 +136,6 @@ const void* CudaBackend::resident_bytes(const void* host, size_t bytes) {
 
 void CudaBackend::synchronize() {
   check(cudaStreamSynchronize(stream_), "a kernel on the CUDA stream");
-}
-
-int32_t CudaBackend::sample(const float* logits, int64_t vocab, const SamplingParams& params,
-                            uint64_t seed, uint64_t frame, uint64_t codebook) {
-  // The host sampler on the logits read back: the same bits as the CPU backend's sampler (the
-  // batched device sampler arrives with the per-frame graph).
-  host_logits_.resize(static_cast<size_t>(vocab));
-  download(host_logits_.data(), logits, host_logits_.size() * sizeof(float));
-  const double u = counter_uniform(seed, frame, codebook);
-  return sample_logits(std::span<const float>(host_logits_), params.temperature, params.top_k,
-                       params.top_p, u);
 }
 
 }  // namespace cuda

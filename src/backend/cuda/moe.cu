@@ -301,7 +301,7 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
   check_launch("expert_combine");
 }
 
-int64_t moe_workspace_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
+int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
   const int64_t pairs = rows * k;
   // act rows start on 16 bytes (the down product's float4 loads): round the int words up to 4.
   return (pairs + 2 * n_stored + 2 + 3) / 4 * 4 + pairs * inter;
@@ -338,7 +338,7 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   check_launch("moe_experts down");
 }
 
-void CudaBackend::moe_experts(const ExpertTriple* experts, int64_t n_stored, const float* x,
+void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x,
                               int64_t rows, int64_t hidden, const int32_t* expert_index, int64_t k,
                               int64_t out_slots, float* out, float* workspace) {
   if (rows <= 0 || n_stored <= 0) return;
@@ -360,22 +360,17 @@ void CudaBackend::moe_experts(const ExpertTriple* experts, int64_t n_stored, con
     table = alloc(host.size() * sizeof(DeviceExpert));
     upload(table->data(), host.data(), host.size() * sizeof(DeviceExpert));
   }
+  if (moe_layout_floats(rows, k, inter, n_stored) >
+      Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
+    throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
   launch_moe_experts(static_cast<const DeviceExpert*>(table->data()), format, n_stored, hidden,
                      inter, x, rows, expert_index, k, out_slots, out, workspace, stream_);
 }
 
-void run_grouped_experts(Backend& backend, const ExpertTriple* experts, int64_t n_stored,
-                         const float* x, int64_t rows, int64_t hidden, const int32_t* expert_index,
-                         int64_t k, int64_t out_slots, float* out, float* workspace) {
-  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
-  if (!cuda) throw Error("the grouped expert kernels need the CUDA backend, not " + backend.name());
-  cuda->moe_experts(experts, n_stored, x, rows, hidden, expert_index, k, out_slots, out, workspace);
-}
-
-double time_grouped_experts_graph(Backend& backend, const ExpertTriple* experts, int64_t n_stored,
-                                  const float* x, int64_t rows, int64_t hidden,
-                                  const int32_t* expert_index, int64_t k, int64_t out_slots,
-                                  float* out, float* workspace, int replays) {
+double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, int64_t n_stored,
+                              const float* x, int64_t rows, int64_t hidden,
+                              const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
+                              float* workspace, int replays) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   if (!cuda) throw Error("the grouped expert kernels need the CUDA backend, not " + backend.name());
   // Once outside the capture: the device table of the experts is made (an upload) on first use.
@@ -407,10 +402,6 @@ double time_grouped_experts_graph(Backend& backend, const ExpertTriple* experts,
   (void)cudaGraphDestroy(graph);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2] * 1e-3;
-}
-
-int64_t grouped_experts_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
-  return moe_workspace_floats(rows, k, inter, n_stored);
 }
 
 void CudaBackend::route_topk(const float* logits, int64_t rows, int64_t logit_stride,

@@ -28,7 +28,7 @@ struct DeviceExpert {
 // silu(gate) * up; (3) likewise the down product into out[(r * out_slots + j), :]. The dot
 // products are those of linear() (linear_dot.cuh) and the activation is swiglu()'s formula, so
 // every element has the bits of the separate linear, swiglu and linear calls.
-int64_t moe_workspace_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
+int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,

@@ -1,6 +1,7 @@
 #include "backend/cuda/sampling.cuh"
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.cuh"
 #include "util/error.h"
 
 namespace drama::cuda {
@@ -65,7 +66,7 @@ __device__ int32_t block_first(const float* s, const uint8_t* taken, int64_t voc
 }
 
 __global__ void sample_rows_kernel(const float* __restrict__ logits, int64_t vocab,
-                                   const SampleParamsRow* __restrict__ rows, int64_t codebook,
+                                   const SampleRow* __restrict__ rows, int64_t codebook,
                                    int32_t* ids, int32_t* flags, int64_t stride, int sort_size) {
   extern __shared__ float shared[];
   float* s = shared;                                       // [vocab] scores
@@ -78,7 +79,7 @@ __global__ void sample_rows_kernel(const float* __restrict__ logits, int64_t voc
   __shared__ int any_bad;
   const int64_t r = blockIdx.x;
   const float* l = logits + r * vocab;
-  const SampleParamsRow p = rows[r];
+  const SampleRow p = rows[r];
   if (threadIdx.x == 0) any_bad = 0;
   __syncthreads();
   bool bad = false;
@@ -170,7 +171,7 @@ __global__ void sample_rows_kernel(const float* __restrict__ logits, int64_t voc
 
 }  // namespace
 
-void launch_sample_rows(const float* logits, int64_t vocab, const SampleParamsRow* rows, int64_t n,
+void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                         int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
                         cudaStream_t stream) {
   if (n <= 0) return;
@@ -190,6 +191,11 @@ void launch_sample_rows(const float* logits, int64_t vocab, const SampleParamsRo
   sample_rows_kernel<<<static_cast<unsigned>(n), kThreads, shared, stream>>>(
       logits, vocab, rows, codebook, ids, flags, stride, sort_size);
   check_launch("sample_rows");
+}
+
+void CudaBackend::sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
+                              int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride) {
+  launch_sample_rows(logits, vocab, rows, n, codebook, ids, flags, stride, stream_);
 }
 
 }  // namespace drama::cuda

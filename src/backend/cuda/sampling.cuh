@@ -9,22 +9,14 @@
 
 #include <cstdint>
 
-namespace drama::cuda {
+#include "backend/backend.h"
 
-// Layout of drama::SampleRow (backend.h of the sessions-and-lanes interface).
-struct SampleParamsRow {
-  float temperature;
-  int32_t top_k;
-  float top_p;
-  int32_t pad;
-  uint64_t seed;
-  uint64_t frame;
-};
+namespace drama::cuda {
 
 // ids[i * stride] for i < n; a row holding NaN or Inf writes id 0 and sets flags[i * stride] =
 // codebook + 1 unless already set. Vocabularies up to kMaxSampleVocab.
 constexpr int64_t kMaxSampleVocab = 4096;
-void launch_sample_rows(const float* logits, int64_t vocab, const SampleParamsRow* rows, int64_t n,
+void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                         int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
                         cudaStream_t stream);
 

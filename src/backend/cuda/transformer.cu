@@ -132,5 +132,8 @@ void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* o
 void CudaBackend::add(const float* x, int64_t n, float* y) {
   launch_add(x, n, y, stream_);
 }
+void CudaBackend::sigmoid(const float* x, int64_t n, float* y) {
+  launch_sigmoid(x, n, y, stream_);
+}
 
 }  // namespace drama::cuda
