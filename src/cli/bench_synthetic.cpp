@@ -212,6 +212,14 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // Every timed step decodes position `prompt` of each branch (rewriting that KV row), so each
   // step does the same work; the row tables are uploaded once per batch size.
   nlohmann::json results = nlohmann::json::object();
+  uint64_t moe_layers = 0, k_used = 0, expert_bytes = 0;
+  for (const auto& l : w.backbone)
+    if (!l.dense) {
+      ++moe_layers;
+      k_used = std::min<uint64_t>(c.moe.experts_per_token, l.moe.experts.size());
+      expert_bytes = 2 * weight_bytes(l.moe.experts[0].gate) + weight_bytes(l.moe.experts[0].down);
+    }
+  bool expert_bytes_by_bench = false;
   for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
     HostRowTables host_tables;
     for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
@@ -235,6 +243,13 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       per_step.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / steps);
       const TransferCounters t1c = b.transfers();
       step_bytes = (ws.weight_bytes_read() - before) / steps;
+      if (t1c.expert_weight_bytes == t0c.expert_weight_bytes) {
+        // The backend does not count the experts it ran (CUDA: the choice stays on the device):
+        // experts_per_token experts per MoE layer, exact for one row, the floor for two rows
+        // (both branches on the same experts; disjoint ones read up to twice that).
+        expert_bytes_by_bench = true;
+        step_bytes += moe_layers * k_used * expert_bytes;
+      }
       step_d2h = (t1c.d2h_calls - t0c.d2h_calls) / steps;
       step_h2d = (t1c.h2d_calls - t0c.h2d_calls) / steps;
       step_allocs = (t1c.allocs - t0c.allocs) / steps;
@@ -342,6 +357,11 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       {"repeats", repeats},
       {"position", prompt},
       {"backbone_step", results},
+      {"expert_bytes_counted_by",
+       expert_bytes_by_bench
+           ? "the bench: experts_per_token experts per MoE layer (exact for one row; for two rows "
+             "the floor, when both rows share their experts)"
+           : "the backend (the experts moe_experts ran)"},
       {"expert_products_one_layer", experts},
       {"ceiling",
        {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},

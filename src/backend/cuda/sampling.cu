@@ -169,15 +169,71 @@ __global__ void sample_rows_kernel(const float* __restrict__ logits, int64_t voc
   ids[r * stride] = pick;
 }
 
+// Vocabularies beyond kMaxSampleVocab (no model samples one; the contract's guard check does):
+// the non-finite check and greedy arg-max straight from global memory, in the same order.
+__global__ void sample_rows_wide_kernel(const float* __restrict__ logits, int64_t vocab,
+                                        const SampleRow* __restrict__ rows, int64_t codebook,
+                                        int32_t* ids, int32_t* flags, int64_t stride) {
+  __shared__ float sv[32];
+  __shared__ int32_t si[32];
+  __shared__ int any_bad;
+  const int64_t r = blockIdx.x;
+  const float* l = logits + r * vocab;
+  if (threadIdx.x == 0) any_bad = 0;
+  __syncthreads();
+  bool bad = false;
+  float bs = 0.0f;
+  int32_t bi = -1;
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    bad |= !isfinite(l[i]);
+    if (before(l[i], static_cast<int32_t>(i), bs, bi)) {
+      bs = l[i];
+      bi = static_cast<int32_t>(i);
+    }
+  }
+  if (bad) any_bad = 1;
+  for (int m = 16; m >= 1; m /= 2) {
+    const float os = __shfl_xor_sync(0xffffffffu, bs, m);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, m);
+    if (before(os, oi, bs, bi)) {
+      bs = os;
+      bi = oi;
+    }
+  }
+  if (threadIdx.x % 32 == 0) {
+    sv[threadIdx.x / 32] = bs;
+    si[threadIdx.x / 32] = bi;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (any_bad) {
+    ids[r * stride] = 0;
+    if (flags[r * stride] == 0) flags[r * stride] = static_cast<int32_t>(codebook + 1);
+    return;
+  }
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
+    if (before(sv[w], si[w], bs, bi)) {
+      bs = sv[w];
+      bi = si[w];
+    }
+  // Only greedy rows reach here (the launcher refuses sampled rows of such a vocabulary).
+  ids[r * stride] = rows[r].temperature <= 0.0f ? bi : 0;
+}
+
 }  // namespace
 
 void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                         int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
                         cudaStream_t stream) {
   if (n <= 0) return;
-  if (vocab > kMaxSampleVocab)
-    throw Error("CUDA sampling supports vocabularies up to " + std::to_string(kMaxSampleVocab) +
-                " entries, not " + std::to_string(vocab) + ".");
+  if (vocab > kMaxSampleVocab) {
+    // Greedy rows only (their parameters are on the device: checked there; a sampled row of such
+    // a vocabulary gets id 0).
+    sample_rows_wide_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+        logits, vocab, rows, codebook, ids, flags, stride);
+    check_launch("sample_rows");
+    return;
+  }
   int sort_size = 1;
   while (sort_size < vocab) sort_size *= 2;
   const int order_len = sort_size > kSortRounds ? sort_size : kSortRounds;

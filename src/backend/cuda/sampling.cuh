@@ -14,7 +14,8 @@
 namespace drama::cuda {
 
 // ids[i * stride] for i < n; a row holding NaN or Inf writes id 0 and sets flags[i * stride] =
-// codebook + 1 unless already set. Vocabularies up to kMaxSampleVocab.
+// codebook + 1 unless already set. Sampled rows: vocabularies up to kMaxSampleVocab (beyond it
+// only the non-finite check and greedy rows; a sampled row gets id 0).
 constexpr int64_t kMaxSampleVocab = 4096;
 void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                         int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
