@@ -170,10 +170,14 @@ __global__ void sample_rows_kernel(const float* __restrict__ logits, int64_t voc
 }
 
 // Vocabularies beyond kMaxSampleVocab (no model samples one; the contract's guard check does):
-// the non-finite check and greedy arg-max straight from global memory, in the same order.
-__global__ void sample_rows_wide_kernel(const float* __restrict__ logits, int64_t vocab,
-                                        const SampleRow* __restrict__ rows, int64_t codebook,
-                                        int32_t* ids, int32_t* flags, int64_t stride) {
+// the non-finite check and the greedy arg-max straight from global memory, kWideSlices blocks per
+// row, each slice's (any non-finite, first candidate) into `part`, then one thread per row merges
+// the slices (the arg-max under a total order does not depend on the merge order).
+constexpr int kWideSlices = 128;
+
+__global__ void sample_wide_slice_kernel(const float* __restrict__ logits, int64_t vocab,
+                                         float* __restrict__ part_value,
+                                         int32_t* __restrict__ part_index) {
   __shared__ float sv[32];
   __shared__ int32_t si[32];
   __shared__ int any_bad;
@@ -181,10 +185,13 @@ __global__ void sample_rows_wide_kernel(const float* __restrict__ logits, int64_
   const float* l = logits + r * vocab;
   if (threadIdx.x == 0) any_bad = 0;
   __syncthreads();
+  const int64_t per = (vocab + kWideSlices - 1) / kWideSlices;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * per;
+  const int64_t i1 = i0 + per < vocab ? i0 + per : vocab;
   bool bad = false;
   float bs = 0.0f;
   int32_t bi = -1;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
     bad |= !isfinite(l[i]);
     if (before(l[i], static_cast<int32_t>(i), bs, bi)) {
       bs = l[i];
@@ -206,31 +213,62 @@ __global__ void sample_rows_wide_kernel(const float* __restrict__ logits, int64_
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  if (any_bad) {
-    ids[r * stride] = 0;
-    if (flags[r * stride] == 0) flags[r * stride] = static_cast<int32_t>(codebook + 1);
-    return;
-  }
   for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
     if (before(sv[w], si[w], bs, bi)) {
       bs = sv[w];
       bi = si[w];
     }
-  // Only greedy rows reach here (the launcher refuses sampled rows of such a vocabulary).
+  const int64_t at = r * kWideSlices + blockIdx.y;
+  part_value[at] = bs;
+  part_index[at] = any_bad ? -2 : bi;  // -2: a non-finite value in this slice
+}
+
+__global__ void sample_wide_merge_kernel(const float* __restrict__ part_value,
+                                         const int32_t* __restrict__ part_index, int64_t n,
+                                         const SampleRow* __restrict__ rows, int64_t codebook,
+                                         int32_t* ids, int32_t* flags, int64_t stride) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= n) return;
+  bool bad = false;
+  float bs = 0.0f;
+  int32_t bi = -1;
+  for (int s = 0; s < kWideSlices; ++s) {
+    const int32_t i = part_index[r * kWideSlices + s];
+    bad |= i == -2;
+    if (i >= 0 && before(part_value[r * kWideSlices + s], i, bs, bi)) {
+      bs = part_value[r * kWideSlices + s];
+      bi = i;
+    }
+  }
+  if (bad) {
+    ids[r * stride] = 0;
+    if (flags[r * stride] == 0) flags[r * stride] = static_cast<int32_t>(codebook + 1);
+    return;
+  }
+  // Only greedy rows are defined here (a sampled row of such a vocabulary gets id 0).
   ids[r * stride] = rows[r].temperature <= 0.0f ? bi : 0;
 }
 
 }  // namespace
 
+int64_t sample_workspace_bytes(int64_t vocab, int64_t n) {
+  return vocab > kMaxSampleVocab ? n * kWideSlices * 8 : 0;
+}
+
 void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                         int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
-                        cudaStream_t stream) {
+                        void* workspace, cudaStream_t stream) {
   if (n <= 0) return;
   if (vocab > kMaxSampleVocab) {
     // Greedy rows only (their parameters are on the device: checked there; a sampled row of such
     // a vocabulary gets id 0).
-    sample_rows_wide_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-        logits, vocab, rows, codebook, ids, flags, stride);
+    float* part_value = static_cast<float*>(workspace);
+    int32_t* part_index = reinterpret_cast<int32_t*>(part_value + n * kWideSlices);
+    sample_wide_slice_kernel<<<dim3(static_cast<unsigned>(n), kWideSlices), kThreads, 0, stream>>>(
+        logits, vocab, part_value, part_index);
+    check_launch("sample_rows");
+    sample_wide_merge_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        part_value, part_index, n, rows, codebook, ids, flags, stride);
     check_launch("sample_rows");
     return;
   }
@@ -251,7 +289,9 @@ void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* row
 
 void CudaBackend::sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                               int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride) {
-  launch_sample_rows(logits, vocab, rows, n, codebook, ids, flags, stride, stream_);
+  const int64_t bytes = sample_workspace_bytes(vocab, n);
+  launch_sample_rows(logits, vocab, rows, n, codebook, ids, flags, stride,
+                     bytes ? scratch(static_cast<size_t>(bytes)) : nullptr, stream_);
 }
 
 }  // namespace drama::cuda

@@ -17,8 +17,9 @@ namespace drama::cuda {
 // codebook + 1 unless already set. Sampled rows: vocabularies up to kMaxSampleVocab (beyond it
 // only the non-finite check and greedy rows; a sampled row gets id 0).
 constexpr int64_t kMaxSampleVocab = 4096;
+int64_t sample_workspace_bytes(int64_t vocab, int64_t n);
 void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                         int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride,
-                        cudaStream_t stream);
+                        void* workspace, cudaStream_t stream);
 
 }  // namespace drama::cuda
