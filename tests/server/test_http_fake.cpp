@@ -190,7 +190,7 @@ TEST(HttpFake, RefusalsHaveTheRightStatusAndShape) {
                      "invalid_utf8");
   expect_error_shape(post(s.port, "/v1/audio/speech", R"({"input": ""})"), 400, "empty_input");
   expect_error_shape(
-      post(s.port, "/v1/audio/speech", R"({"input": "x", "response_format": "mp3"})"), 400,
+      post(s.port, "/v1/audio/speech", R"({"input": "x", "response_format": "aac"})"), 400,
       "unsupported_format");
   expect_error_shape(post(s.port, "/v1/audio/speech", R"({"input": "x", "cfg_scale": 3})"), 400,
                      "guidance_not_allowed");
