@@ -190,17 +190,28 @@ async function addVoice() {
   await loadVoices(voice.id);
 }
 
+// Loads what the /v1 routes tell (sample rate, voices); with a key required, only once one is
+// entered, so the page makes no request it knows will be refused.
+async function loadApi() {
+  if (health.api_key_required && !$("api-key").value.trim()) {
+    setStatus($("voice-status"), "this server needs an API key: enter it above");
+    return;
+  }
+  const res = await fetch("/v1/models", { headers: headers() });
+  if (!res.ok) {
+    setStatus($("voice-status"), await apiError(res), true);
+    return;
+  }
+  const models = await res.json();
+  if (models.data[0].sample_rate) sampleRate = models.data[0].sample_rate;
+  setStatus($("voice-status"), "");
+  await loadVoices();
+}
+
 $("speak").addEventListener("click", speak);
 $("voice-add").addEventListener("click", addVoice);
-$("api-key").addEventListener("change", () => loadVoices());
+$("api-key").addEventListener("change", () => loadApi());
 loadHealth()
-  .then(() => fetch("/v1/models", { headers: headers() }))
-  .then(async (res) => {
-    if (res.ok) {
-      const models = await res.json();
-      if (models.data[0].sample_rate) sampleRate = models.data[0].sample_rate;
-    }
-    await loadVoices();
-    document.body.dataset.ready = "1";
-  })
+  .then(loadApi)
+  .then(() => { document.body.dataset.ready = "1"; })
   .catch((e) => setStatus($("status"), String(e), true));

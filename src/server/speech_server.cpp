@@ -636,7 +636,8 @@ void SpeechServer::handle_health(const httplib::Request&, httplib::Response& res
              {"gamma", options_.gamma},
              {"request_gamma", options_.request_gamma},
              {"busy", admission_.busy()},
-             {"queue_depth", admission_.queue_depth()}});
+             {"queue_depth", admission_.queue_depth()},
+             {"api_key_required", options_.api_key.has_value()}});
 }
 
 void SpeechServer::handle_metrics(const httplib::Request&, httplib::Response& res) {

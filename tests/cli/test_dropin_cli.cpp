@@ -113,6 +113,28 @@ TEST_F(DropInCli, CodecCommandsRefuseAFlippedCodecByteAndLeaveNoOutput) {
   }
 }
 
+TEST_F(DropInCli, CodecCommandsUseTheDefaultModelWhenNoneIsGiven) {
+  // DRAMA_CACHE is this suite's directory: the bundled mini model is generated there, verified
+  // against its pinned manifest and used, as `say` and `serve` do.
+  const fs::path voice = dir() / "default.voice";
+  const Cli r = drama("voice write " + quote((dir() / "ref.wav").string()) +
+                          " --transcript 'Hello.' --threads 1 -o " + quote(voice.string()),
+                      dir());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("(pinned:"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(voice));
+  const fs::path codes = dir() / "default.codes";
+  const Cli e = drama("codec encode " + quote((dir() / "ref.wav").string()) + " --threads 1 -o " +
+                          quote(codes.string()),
+                      dir());
+  EXPECT_EQ(e.status, 0) << e.err;
+  const Cli d = drama("codec decode " + quote(codes.string()) + " --threads 1 -o " +
+                          quote((dir() / "default.opus").string()),
+                      dir());
+  EXPECT_EQ(d.status, 0) << d.err;
+  EXPECT_EQ(read_text_file(dir() / "default.opus").substr(0, 4), "OggS");
+}
+
 TEST_F(DropInCli, CheckpointWithoutManifestSaysToNameOne) {
   const Cli r = drama("say hello -o " + quote((dir() / "m.wav").string()) + " --checkpoint " +
                           quote(ckpt().string()) + " --threads 1",
@@ -160,7 +182,7 @@ TEST_F(DropInCli, VersionAndHelpDefaults) {
   for (const char* d : {"=out.wav", "=paired", "=mini", "=auto", "=1 ", "=60 "})
     EXPECT_NE(say.out.find(d), std::string::npos) << d << " missing in:\n" << say.out;
   const Cli serve = drama("serve --help", dir());
-  for (const char* d : {"=127.0.0.1", "=8080", "=4 ", "--api-key", "--voice-alias"})
+  for (const char* d : {"=127.0.0.1", "=8080", "1024]=4", "--api-key", "--voice-alias"})
     EXPECT_NE(serve.out.find(d), std::string::npos) << d << " missing in:\n" << serve.out;
 }
 

@@ -296,7 +296,7 @@ TEST(HttpFake, VoicesAddUseListDeleteAndSurviveRestart) {
 
 TEST(HttpFake, OneOffReferenceAudio) {
   Running s(options("ref"));
-  std::string wav = tone_wav(0.5, 48000);
+  std::string wav = tone_wav(1.5, 48000);  // the voice writer's rule: 1 to 60 s
   std::string b64 =
       server::base64_encode({reinterpret_cast<const uint8_t*>(wav.data()), wav.size()});
   json body = {
