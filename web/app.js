@@ -185,9 +185,9 @@ async function addVoice() {
   const res = await fetch("/v1/audio/voices", { method: "POST", headers: headers(), body: form });
   if (!res.ok) { setStatus(status, await apiError(res), true); return; }
   const voice = await res.json();
-  stats.voicesAdded++;
   setStatus(status, `added voice ${voice.id} (${voice.frames} frames)`);
   await loadVoices(voice.id);
+  stats.voicesAdded++;  // counted once the picker shows the new voice
 }
 
 // Loads what the /v1 routes tell (sample rate, voices); with a key required, only once one is
