@@ -55,10 +55,6 @@ std::map<std::string, std::string> parse_voice_aliases(const std::vector<std::st
   return out;
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
-}
-
 int run_serve(const ServeOptions& o) {
   if (o.lanes != 1) {
     throw UsageError("--lanes: only 1 lane is supported in this version (got " +
@@ -120,7 +116,7 @@ int run_serve(const ServeOptions& o) {
   server::log_info("model " + engine->model_name() + " (" + resolved.provenance + ") on " +
                    engine->backend_name() + ", cfg " + o.cfg + ", gamma " +
                    std::to_string(so.gamma) + (so.request_gamma ? ", request gamma allowed" : ""));
-  if (!api_key && !is_loopback(o.host))
+  if (!api_key && !server::is_loopback_host(o.host))
     server::log_warning("listening on " + o.host +
                         " beyond loopback without an API key: anyone who can reach the port can "
                         "synthesize and add or delete voices (set --api-key, --api-key-file or "

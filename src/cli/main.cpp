@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
   app.set_version_flag("--version", std::string("drama ") + DRAMA_VERSION);
+  // Every option's --help line shows its default (inherited by the subcommands added below).
+  app.option_defaults()->always_capture_default();
   drama::cli::Runner run;
   drama::cli::register_serve(app, run);
   drama::cli::register_say(app, run);

@@ -22,6 +22,10 @@ std::string trim(std::string s) {
 
 }  // namespace
 
+bool is_loopback_host(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.substr(0, 4) == "127.";
+}
+
 bool route_needs_api_key(std::string_view path) {
   return path == "/v1" || path.substr(0, 4) == "/v1/";
 }

@@ -9,6 +9,10 @@
 
 namespace drama::server {
 
+// True for addresses only this machine reaches (127.0.0.0/8, ::1, localhost): listening
+// anywhere else without a key makes `drama serve` warn at start.
+bool is_loopback_host(std::string_view host);
+
 // True when `path` needs the key: /v1 and everything under it.
 bool route_needs_api_key(std::string_view path);
 

@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "audio/audio_io.h"
+#include "server/auth.h"
 #include "server/base64.h"
 #include "server/fake_engine.h"
 #include "server/http_test_util.h"
@@ -303,6 +305,34 @@ TEST(OpenAiDropIn, ReferenceLimitsAreTheCommandLinesRule) {
     EXPECT_NE(inline_ref.body.find(rule_tail), std::string::npos) << inline_ref.body;
   }
   EXPECT_TRUE(fs::is_empty(s.server->options().voices_dir));
+}
+
+TEST(OpenAiDropIn, KeyHelpers) {
+  EXPECT_TRUE(server::bearer_matches("Bearer k1", "k1"));
+  EXPECT_FALSE(server::bearer_matches("Bearer k1 ", "k1"));
+  EXPECT_FALSE(server::bearer_matches("bearer k1", "k1"));
+  EXPECT_FALSE(server::bearer_matches("Bearer ", ""));
+  EXPECT_FALSE(server::bearer_matches("", "k1"));
+  EXPECT_TRUE(server::route_needs_api_key("/v1/models"));
+  EXPECT_TRUE(server::route_needs_api_key("/v1"));
+  EXPECT_FALSE(server::route_needs_api_key("/v10"));
+  EXPECT_FALSE(server::route_needs_api_key("/health"));
+  EXPECT_FALSE(server::route_needs_api_key("/"));
+  // Where `drama serve` warns when no key is set.
+  for (const char* h : {"127.0.0.1", "127.0.0.2", "localhost", "::1"})
+    EXPECT_TRUE(server::is_loopback_host(h)) << h;
+  for (const char* h : {"0.0.0.0", "::", "10.0.0.5", "192.168.1.2", "example.org"})
+    EXPECT_FALSE(server::is_loopback_host(h)) << h;
+  setenv("DRAMA_API_KEY", "from-env", 1);
+  EXPECT_EQ(server::resolve_api_key("", "").value_or(""), "from-env");
+  EXPECT_EQ(server::resolve_api_key("opt", "").value_or(""), "opt");
+  unsetenv("DRAMA_API_KEY");
+  EXPECT_FALSE(server::resolve_api_key("", ""));
+  const fs::path file = temp_dir("keyfile") / "key";
+  std::ofstream(file) << "  sk-file \n";
+  EXPECT_EQ(server::resolve_api_key("", file.string()).value_or(""), "sk-file");
+  EXPECT_THROW(server::resolve_api_key("a", file.string()), UsageError);
+  EXPECT_THROW(server::resolve_api_key("", (file.string() + ".missing")), UsageError);
 }
 
 TEST(OpenAiDropIn, ASecondServerOnAHeldPortIsRefused) {
