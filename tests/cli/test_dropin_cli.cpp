@@ -186,69 +186,99 @@ TEST_F(DropInCli, VersionAndHelpDefaults) {
     EXPECT_NE(serve.out.find(d), std::string::npos) << d << " missing in:\n" << serve.out;
 }
 
-// One limit each: `drama say` (exit 2) and the server (400) refuse it with the same rule text.
-TEST_F(DropInCli, SayAndTheServerShareEveryLimit) {
+// The server of the limit tests: the fake engine in process, guidance allowed per request.
+struct LimitServer {
   FakeEngine engine;
-  server::ServerOptions so;
-  so.port = 0;
-  so.request_gamma = true;
-  so.voices_dir = dir() / "limit-voices";
-  so.provenance = "override:fake";
-  server::SpeechServer srv(engine, so);
-  const int port = srv.bind();
-  std::thread t([&] { srv.run(); });
-  struct Limit {
-    std::string cli, field, value;
-  };
-  const std::vector<Limit> limits = {{"--temperature", "temperature", "5"},
-                                     {"--temperature", "temperature", "-0.5"},
-                                     {"--top-p", "top_p", "0"},
-                                     {"--top-p", "top_p", "1.5"},
-                                     {"--top-k", "top_k", "100001"},
-                                     {"--gamma", "cfg_scale", "11"},
-                                     {"--max-duration", "max_duration_s", "61"},
-                                     {"--speed", "speed", "5"},
-                                     {"--speed", "speed", "0.1"}};
-  for (const auto& l : limits) {
-    const Cli r = drama("say hi -o " + quote((dir() / "lim.wav").string()) + " " + l.cli + " " +
-                            l.value + weights(),
-                        dir());
-    EXPECT_EQ(r.status, 2) << l.cli << " " << l.value << ": " << r.err;
-    const std::string cli_rule = r.err.substr(r.err.find(l.cli) + l.cli.size());
-    Reply h =
-        post(port, "/v1/audio/speech", R"({"input": "hi", ")" + l.field + "\": " + l.value + "}");
-    EXPECT_EQ(h.status, 400) << l.field;
-    const std::string msg = h.json()["error"]["message"];
-    EXPECT_EQ(h.json()["error"]["param"], l.field);
-    const std::string http_rule = msg.substr(msg.find(l.field) + l.field.size() + 1);
-    EXPECT_EQ(cli_rule, http_rule + "\n") << l.cli << " vs " << l.field;
+  std::unique_ptr<server::SpeechServer> srv;
+  std::thread thread;
+  int port = 0;
+  explicit LimitServer(const fs::path& voices) {
+    server::ServerOptions so;
+    so.port = 0;
+    so.request_gamma = true;
+    so.voices_dir = voices;
+    so.provenance = "override:fake";
+    srv = std::make_unique<server::SpeechServer>(engine, so);
+    port = srv->bind();
+    thread = std::thread([this] { srv->run(); });
   }
-  EXPECT_FALSE(fs::exists(dir() / "lim.wav"));
-  // The voice writer's reference limits: drama voice write and POST /v1/audio/voices.
-  for (double seconds : {0.5, 61.0}) {
-    std::vector<float> pcm = test_signal(int64_t(seconds * 8000), 8000, 5);
-    const fs::path ref = dir() / "limit-ref.wav";
-    write_audio_file(ref, pcm, 8000, AudioFormat::Wav);
-    const Cli r = drama("voice write " + quote(ref.string()) + " --transcript t -o " +
-                            quote((dir() / "lim.voice").string()) + weights(),
-                        dir());
-    EXPECT_EQ(r.status, 1) << r.err;
-    EXPECT_FALSE(fs::exists(dir() / "lim.voice"));
-    const std::string cli_rule = r.err.substr(r.err.find("; a reference"));
-    httplib::Client c("127.0.0.1", port);
-    const std::string wav = read_text_file(ref);
-    auto up = c.Post(
-        "/v1/audio/voices",
-        httplib::MultipartFormDataItems{
-            {"audio_sample", wav, "r.wav", ""}, {"name", "n", "", ""}, {"ref_text", "t", "", ""}});
-    ASSERT_TRUE(up);
-    EXPECT_EQ(up->status, 400);
-    const std::string msg = nlohmann::json::parse(up->body)["error"]["message"];
-    EXPECT_EQ(cli_rule, msg.substr(msg.find("; a reference")) + "\n");
+  ~LimitServer() {
+    srv->stop();
+    thread.join();
   }
-  srv.stop();
-  t.join();
+};
+
+struct Limit {
+  std::string cli, field, value;
+};
+void PrintTo(const Limit& l, std::ostream* os) {
+  *os << l.cli << " " << l.value;
 }
+
+class SharedLimit : public DropInCli, public ::testing::WithParamInterface<Limit> {};
+
+// One test per limit: `drama say` (exit 2) and the server (400) refuse it with the same rule.
+TEST_P(SharedLimit, SayAndTheServerGiveTheSameAnswer) {
+  const Limit& l = GetParam();
+  LimitServer s(dir() / "limit-voices");
+  const Cli r = drama(
+      "say hi -o " + quote((dir() / "lim.wav").string()) + " " + l.cli + " " + l.value + weights(),
+      dir());
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  ASSERT_NE(r.err.find(l.cli), std::string::npos) << r.err;
+  const std::string cli_rule = r.err.substr(r.err.find(l.cli) + l.cli.size());
+  Reply h =
+      post(s.port, "/v1/audio/speech", R"({"input": "hi", ")" + l.field + "\": " + l.value + "}");
+  EXPECT_EQ(h.status, 400) << h.body;
+  EXPECT_EQ(h.json()["error"]["param"], l.field);
+  const std::string msg = h.json()["error"]["message"];
+  const std::string http_rule = msg.substr(msg.find(l.field) + l.field.size() + 1);
+  EXPECT_EQ(cli_rule, http_rule + "\n") << l.cli << " vs " << l.field;
+  EXPECT_FALSE(fs::exists(dir() / "lim.wav"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Limits, SharedLimit,
+    ::testing::Values(Limit{"--temperature", "temperature", "5"},
+                      Limit{"--temperature", "temperature", "-0.5"}, Limit{"--top-p", "top_p", "0"},
+                      Limit{"--top-p", "top_p", "1.5"}, Limit{"--top-k", "top_k", "100001"},
+                      Limit{"--gamma", "cfg_scale", "11"},
+                      Limit{"--max-duration", "max_duration_s", "61"},
+                      Limit{"--max-duration", "max_duration_s", "0"},
+                      Limit{"--speed", "speed", "5"}, Limit{"--speed", "speed", "0.1"}));
+
+// The voice writer's reference limits: `drama voice write` (exit 1, no file) and
+// POST /v1/audio/voices (400, nothing stored) refuse 0.5 s and 61 s with the same rule.
+class ReferenceLimit : public DropInCli, public ::testing::WithParamInterface<double> {};
+
+TEST_P(ReferenceLimit, VoiceWriteAndTheServerGiveTheSameAnswer) {
+  const double seconds = GetParam();
+  LimitServer s(dir() / "limit-voices");
+  std::vector<float> pcm = test_signal(int64_t(seconds * 8000), 8000, 5);
+  const fs::path ref = dir() / "limit-ref.wav";
+  write_audio_file(ref, pcm, 8000, AudioFormat::Wav);
+  const Cli r = drama("voice write " + quote(ref.string()) + " --transcript t -o " +
+                          quote((dir() / "lim.voice").string()) + weights(),
+                      dir());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_FALSE(fs::exists(dir() / "lim.voice"));
+  ASSERT_NE(r.err.find("; a reference"), std::string::npos) << r.err;
+  const std::string cli_rule = r.err.substr(r.err.find("; a reference"));
+  httplib::Client c("127.0.0.1", s.port);
+  const std::string wav = read_text_file(ref);
+  auto up =
+      c.Post("/v1/audio/voices", httplib::MultipartFormDataItems{{"audio_sample", wav, "r.wav", ""},
+                                                                 {"name", "n", "", ""},
+                                                                 {"ref_text", "t", "", ""}});
+  ASSERT_TRUE(up);
+  EXPECT_EQ(up->status, 400);
+  const std::string msg = nlohmann::json::parse(up->body)["error"]["message"];
+  EXPECT_EQ(cli_rule, msg.substr(msg.find("; a reference")) + "\n");
+  EXPECT_TRUE(fs::is_empty(dir() / "limit-voices"));
+}
+
+INSTANTIATE_TEST_SUITE_P(References, ReferenceLimit, ::testing::Values(0.5, 61.0));
 
 TEST_F(DropInCli, ASecondServeOnAHeldPortExitsWithOneLine) {
   ServerProcess first(
