@@ -5,6 +5,7 @@
                  --gamma G --max-frames N -o CODES
     ... random-codes --checkpoint DIR --frames F --seed N -o FILE
     ... make-voice --checkpoint DIR --frames F --seed N --transcript T -o VOICE
+    ... quantize --checkpoint BF16_DIR [--keep-experts FILE] -o EXPERTS.safetensors
 
 Exit status: 0 on success, 2 for bad arguments (argparse), 1 for any other failure (one line).
 """
@@ -64,6 +65,24 @@ def cmd_make_voice(args):
     drama3.write_codes_file(args.output, random_codes(model, args.frames, args.seed), metadata)
 
 
+def cmd_quantize(args):
+    """The expert tensors `drama quantize` must write, from the reference quantizer."""
+    import json
+
+    import nvfp4
+
+    tensors, _ = safetensors_io.load_dir(args.checkpoint)
+    kept = None
+    if args.keep_experts:
+        with open(args.keep_experts) as f:
+            listed = json.load(f)
+        if isinstance(listed, dict):
+            listed = listed["kept_experts"]
+        kept = [set(ids or []) for ids in listed]
+    safetensors_io.save(args.output, nvfp4.quantize_experts(tensors, kept),
+                        {"format": "drama-quantized-experts/1"})
+
+
 def uint64(text):
     value = int(text)
     if not 0 <= value < 1 << 64:
@@ -109,6 +128,8 @@ def parser():
     s.add_argument("--frames", type=uint64, required=True)
     s.add_argument("--seed", type=uint64, required=True)
     s.add_argument("--transcript", required=True)
+    s = command("quantize", cmd_quantize, "the NVFP4 expert tensors of a BF16 checkpoint")
+    s.add_argument("--keep-experts")
     return p
 
 
