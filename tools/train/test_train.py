@@ -142,6 +142,15 @@ class Pipeline(unittest.TestCase):
             with open(os.path.join(work, "codec", "losses.tsv")) as f:
                 steps = [line.split("\t")[0] for line in f][1:]
             self.assertEqual(steps, ["1", "2", "3"])  # resumed at step 2, not restarted
+            # A state copied without its optimizer moments (what travels between machines)
+            # still resumes: the model goes on from step 2 to 3.
+            model_state = os.path.join(work, "model", "state")
+            for name in os.listdir(model_state):
+                if name.startswith("moments-"):
+                    os.remove(os.path.join(model_state, name))
+            self.assertEqual(train.main(["model"] + common + ["--set", "model.steps=3"]), 0)
+            with open(os.path.join(work, "model", "losses.tsv")) as f:
+                self.assertEqual([line.split("\t")[0] for line in f][1:], ["1", "2", "3"])
             for folder, _, files in os.walk(work):
                 for name in files:
                     self.assertLessEqual(os.path.getsize(os.path.join(folder, name)), 16 << 20, name)

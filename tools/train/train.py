@@ -3,6 +3,7 @@
     python3 tools/train/train.py next  --work DIR --corpus CORPUS [--minutes 9] [--device cuda]
     python3 tools/train/train.py codec|encode|model --work DIR --corpus CORPUS [--minutes M]
     python3 tools/train/train.py export --work DIR -o CHECKPOINT_DIR
+    python3 tools/train/train.py eval-codec --work DIR --corpus CORPUS   reconstruction WER
     (--config tools/train/drama-mini.json, --recipe tools/train/recipe.json, --set KEY=VALUE
      overrides a recipe value, e.g. --set codec.steps=20)
 
@@ -176,9 +177,9 @@ def train_codec(args, config, recipe, deadline):
 def save_codec(folder, codec, disc, opt, opt_d, names, dnames, step):
     tensors = {"codec." + n: t for n, t in codec.tensors().items()}
     tensors.update({"disc." + n: t for n, t in disc.state_dict().items()})
-    tensors.update({"g." + n: t for n, t in state.optimizer_tensors(opt, names).items()})
-    tensors.update({"d." + n: t for n, t in state.optimizer_tensors(opt_d, dnames).items()})
-    state.save(os.path.join(folder, "state"), tensors, {"stage": "codec", "step": step})
+    moments = {"g." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
+    moments.update({"d." + n: t for n, t in state.optimizer_tensors(opt_d, dnames).items()})
+    state.save(os.path.join(folder, "state"), tensors, {"stage": "codec", "step": step}, moments)
 
 
 def evaluate_codec(args, codec, r, step):
@@ -261,9 +262,10 @@ def train_model(args, config, recipe, deadline):
                             weight_decay=r["weight_decay"])
     names = {p: n for n, p in m.params.items()}
     tensors, info = state.load(os.path.join(folder, "state"))
-    step = 0
+    step = rewarm_from = 0
     if info:
         step = info["step"]
+        rewarm_from = step if not info["has_moments"] else 0
         m.load({n[6:]: t for n, t in tensors.items() if n.startswith("model.")})
         state.restore_optimizer(opt, names, {n[4:]: t for n, t in tensors.items() if n.startswith("opt.")}, step)
     if step >= r["steps"]:
@@ -277,6 +279,8 @@ def train_model(args, config, recipe, deadline):
         batch = data.collate(config, sampler.batch(r["batch"]), device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, r["steps"], r["lr"], r["warmup"])
+            if rewarm_from:  # resumed without optimizer moments: warm up again
+                g["lr"] *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
         with (torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()):
             losses = m.forward(batch)
         loss = losses["codebook0"] + losses["tower"] + r["balance_weight"] * losses["balance"]
@@ -291,8 +295,8 @@ def train_model(args, config, recipe, deadline):
                 "balance": float(losses["balance"]), "lr": opt.param_groups[0]["lr"],
                 "seconds": round(time.time() - start, 1)})
     tensors = {"model." + n: t for n, t in m.tensors().items()}
-    tensors.update({"opt." + n: t for n, t in state.optimizer_tensors(opt, names).items()})
-    state.save(os.path.join(folder, "state"), tensors, {"stage": "model", "step": step})
+    moments = {"opt." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
+    state.save(os.path.join(folder, "state"), tensors, {"stage": "model", "step": step}, moments)
     return step >= r["steps"]
 
 
@@ -349,7 +353,7 @@ def export(args, config, recipe, out_dir):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="drama-mini training driver")
-    p.add_argument("stage", choices=("next",) + STAGES)
+    p.add_argument("stage", choices=("next",) + STAGES + ("eval-codec",))
     p.add_argument("--work", required=True)
     p.add_argument("--corpus")
     p.add_argument("-o", "--output", help="export: the checkpoint directory to write")
@@ -373,6 +377,10 @@ def main(argv=None):
     # `next` asks every stage in order; a finished one returns at once (its saved step count has
     # reached the recipe's), so raising a recipe's steps continues that stage.
     stages = list(STAGES) if args.stage == "next" else [args.stage]
+    if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
+        evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
+                       recipe["codec"], "saved")
+        return 0
     for stage in stages:
         if stage != "export" and not args.corpus:
             p.error("--corpus is required for " + stage)
