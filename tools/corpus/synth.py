@@ -1,7 +1,7 @@
 """Synthesizes the drama-mini corpus from Debian's own synthesizers and text (docs/training.md).
 
     python3 tools/corpus/synth.py --out DIR [--root ROOT] [--speakers ID,...]
-        [--train-per-speaker N] [--heldout-per-speaker K] [--jobs J]
+        [--train-per-speaker N] [--heldout-per-speaker K [--heldout-same]] [--jobs J]
 
 Writes DIR/wav/<speaker>/<sentence id>.wav (24 kHz mono 16-bit), DIR/corpus.tsv (one line per
 utterance: speaker, sentence id, split, seconds, path, text) and DIR/corpus.json (speakers,
@@ -72,12 +72,14 @@ def keyed_order(speaker_id, items):
     return sorted(items, key=lambda it: hashlib.sha256(f"{speaker_id}/{it[0]}".encode()).hexdigest())
 
 
-def assignments(speaker_list, train, heldout, train_per_speaker, heldout_per_speaker):
+def assignments(speaker_list, train, heldout, train_per_speaker, heldout_per_speaker,
+                heldout_same=False):
     """List of (speaker, [(id, text, split)]) in a fixed order."""
     out = []
     for s in speaker_list:
         chosen = [(i, t, "train") for i, t in keyed_order(s["id"], train)[:train_per_speaker]]
-        chosen += [(i, t, "heldout") for i, t in keyed_order(s["id"], heldout)[:heldout_per_speaker]]
+        ordered = heldout if heldout_same else keyed_order(s["id"], heldout)
+        chosen += [(i, t, "heldout") for i, t in ordered[:heldout_per_speaker]]
         out.append((s, chosen))
     return out
 
@@ -144,6 +146,8 @@ def main(argv=None):
     p.add_argument("--speakers", help="comma-separated speaker ids (default: all)")
     p.add_argument("--train-per-speaker", type=int, default=400)
     p.add_argument("--heldout-per-speaker", type=int, default=300)
+    p.add_argument("--heldout-same", action="store_true",
+                   help="every speaker says the first K held-out sentences by id (evaluation)")
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--chunk", type=int, default=40, help="utterances per synthesizer process")
     args = p.parse_args(argv)
@@ -152,7 +156,7 @@ def main(argv=None):
     train, heldout = sentences.load(tools.wordnet)
     speaker_list = speakers.by_id(args.speakers.split(",") if args.speakers else None)
     plan = assignments(speaker_list, train, heldout, args.train_per_speaker,
-                       args.heldout_per_speaker)
+                       args.heldout_per_speaker, args.heldout_same)
     os.makedirs(args.out, exist_ok=True)
     tasks = [(args.root, args.out, s, items[k:k + args.chunk])
              for s, items in plan for k in range(0, len(items), args.chunk)]
