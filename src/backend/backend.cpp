@@ -15,6 +15,80 @@ bool cuda_device_present();
 std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options);
 #endif
 
+uint64_t weight_bytes(const LinearWeight& w) {
+  const uint64_t n = static_cast<uint64_t>(w.out) * static_cast<uint64_t>(w.in);
+  if (w.format == WeightFormat::NVFP4) return n / 2 + n / 16 + 4;
+  return n * 2;
+}
+
+const std::vector<std::string>& Backend::kernel_names() {
+  static const std::vector<std::string> names = {"copy_2d",
+                                                 "fill",
+                                                 "copy_rows",
+                                                 "gather_ids",
+                                                 "linear",
+                                                 "dequantize",
+                                                 "embed_sum",
+                                                 "rms_norm",
+                                                 "rope",
+                                                 "attention",
+                                                 "swiglu",
+                                                 "add",
+                                                 "sigmoid",
+                                                 "route_topk",
+                                                 "moe_experts",
+                                                 "expert_combine",
+                                                 "guidance_combine",
+                                                 "sample_rows",
+                                                 "conv1d",
+                                                 "conv_transpose1d",
+                                                 "elu",
+                                                 "gelu",
+                                                 "layer_norm",
+                                                 "scale_rows",
+                                                 "vq_decode",
+                                                 "vq_encode"};
+  return names;
+}
+
+int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter,
+                                      int64_t n_stored) {
+  // Gathered inputs and outputs [rows * k, hidden], gate / up / activation [rows * k, inter],
+  // and room for a device-side grouping (pair order, per-expert offsets) in 32-bit words.
+  const int64_t pairs = rows * k;
+  return pairs * (2 * hidden + 3 * inter) + 2 * pairs + n_stored + 1;
+}
+
+std::unique_ptr<DeviceBuffer> Backend::alloc(size_t bytes) {
+  allocs_.fetch_add(1, std::memory_order_relaxed);
+  alloc_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return alloc_impl(bytes);
+}
+
+void Backend::upload(void* dst, const void* src, size_t bytes) {
+  h2d_calls_.fetch_add(1, std::memory_order_relaxed);
+  h2d_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  upload_impl(dst, src, bytes);
+}
+
+void Backend::download(void* dst, const void* src, size_t bytes) {
+  d2h_calls_.fetch_add(1, std::memory_order_relaxed);
+  d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  download_impl(dst, src, bytes);
+}
+
+TransferCounters Backend::transfers() const {
+  TransferCounters t;
+  t.h2d_calls = h2d_calls_.load(std::memory_order_relaxed);
+  t.h2d_bytes = h2d_bytes_.load(std::memory_order_relaxed);
+  t.d2h_calls = d2h_calls_.load(std::memory_order_relaxed);
+  t.d2h_bytes = d2h_bytes_.load(std::memory_order_relaxed);
+  t.allocs = allocs_.load(std::memory_order_relaxed);
+  t.alloc_bytes = alloc_bytes_.load(std::memory_order_relaxed);
+  t.expert_weight_bytes = expert_weight_bytes_.load(std::memory_order_relaxed);
+  return t;
+}
+
 int available_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));

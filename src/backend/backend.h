@@ -10,6 +10,7 @@
 // - Kernels validate nothing the model already validated at load; shapes are trusted.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ struct LinearWeight {
   float scale2 = 1.0f;
 };
 
+// Bytes a product reads of its weight (codes, block scales and the global scale for NVFP4).
+uint64_t weight_bytes(const LinearWeight& w);
+
 struct SamplingParams {
   float temperature = 0.9f;  // 0 = greedy argmax (lowest id on ties)
   int32_t top_k = 50;        // 0 = no top-k
@@ -44,15 +48,56 @@ class DeviceBuffer {
   float* f32() { return static_cast<float*>(data()); }
 };
 
+// Transfers and allocations since construction (or the last reset), counted by Backend itself so
+// that every backend reports them the same way. Tests read them (one device-to-host read per
+// frame step, no allocation after load); `drama bench decode` reports them per step.
+struct TransferCounters {
+  uint64_t h2d_calls = 0, h2d_bytes = 0;  // upload
+  uint64_t d2h_calls = 0, d2h_bytes = 0;  // download
+  uint64_t allocs = 0, alloc_bytes = 0;   // alloc
+  // Weight bytes read by moe_experts (the experts it ran), which the model cannot count itself:
+  // the expert choice stays on the device. A backend that does not count reports 0.
+  uint64_t expert_weight_bytes = 0;
+};
+
+// One row of a batched sampling call (device memory): the session's sampling parameters and the
+// counter-based generator's key (seed, frame); the codebook is the call's.
+struct SampleRow {
+  float temperature = 0.9f;  // 0 = greedy argmax (lowest id on ties)
+  int32_t top_k = 50;        // 0 = no top-k
+  float top_p = 1.0f;        // 1 = no top-p
+  int32_t pad = 0;
+  uint64_t seed = 0;
+  uint64_t frame = 0;
+};
+
+// One output row of a batched guidance combine (device memory): out = logits[cond_row] when
+// uncond_row < 0, else logits[u] + gamma * (logits[c] - logits[u]) in float32 (spec section 6).
+struct GuidanceRow {
+  int32_t cond_row = 0;
+  int32_t uncond_row = -1;
+  float gamma = 1.0f;
+};
+
+// One stored expert of a MoE layer: SwiGLU MLP weights, all of one intermediate size.
+struct ExpertWeights {
+  LinearWeight gate, up, down;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // "cpu (avx512, 2 threads)"
+  // The kernels of this interface a backend implements (kernel_names() lists them all); a
+  // harness reports the others as "not supported" instead of failing.
+  virtual bool supports(const std::string& kernel) const = 0;
+  static const std::vector<std::string>& kernel_names();
 
-  // --- memory ---
-  virtual std::unique_ptr<DeviceBuffer> alloc(size_t bytes) = 0;
-  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
-  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // --- memory (counted here, done by the *_impl methods) ---
+  std::unique_ptr<DeviceBuffer> alloc(size_t bytes);
+  void upload(void* dst, const void* src, size_t bytes);
+  void download(void* dst, const void* src, size_t bytes);
+  TransferCounters transfers() const;
   // Makes a weight resident. `host` points into the mapped checkpoint; the CPU returns a view of
   // it (zero copy), a GPU copies it to device memory owned by the backend.
   virtual LinearWeight resident(const LinearWeight& host) = 0;
@@ -65,6 +110,22 @@ class Backend {
   // out[r, i] = w[row0 + r, i] as float32, for r < nrows (NVFP4 and BF16).
   virtual void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) = 0;
 
+  // --- device copies (no staging through the host) ---
+  // dst[r * dst_stride + c] = src[r * src_stride + c * src_col_stride] for r < rows, c < cols:
+  // a block copy (src_col_stride 1), a transpose (src_stride 1, src_col_stride = the source's row
+  // length) or a broadcast of one column (src_col_stride 0). src and dst do not overlap.
+  virtual void copy_2d(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                       int64_t src_col_stride, int64_t rows, int64_t cols) = 0;
+  // dst[r * stride + c] = value for r < rows, c < cols (value 0.0f also zeroes int32 words).
+  virtual void fill(float* dst, int64_t stride, int64_t rows, int64_t cols, float value) = 0;
+  // dst[dst_row[i], :] = src[src_row[i], :] for i < n over rows of `dim` floats; a null index
+  // means i itself. Destination rows are distinct; src and dst do not overlap.
+  virtual void copy_rows(const float* src, const int32_t* src_row, float* dst,
+                         const int32_t* dst_row, int64_t n, int64_t dim) = 0;
+  // dst[i] = src[index[i]] + offset[i] for i < n (codes -> embedding-table ids on the device).
+  virtual void gather_ids(const int32_t* src, const int32_t* index, const int32_t* offset,
+                          int64_t n, int32_t* dst) = 0;
+
   // --- transformer pieces ---
   // out[r, :] = sum over ids of table rows (bf16 [*, dim]); ids is [rows, ids_per_row].
   virtual void embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids, int64_t rows,
@@ -75,17 +136,21 @@ class Backend {
   // Rotate-half rotary embedding in place on x [rows, heads, head_dim] at positions[r].
   virtual void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                     const int32_t* positions, float theta) = 0;
-  // Grouped-query attention of q [rows, n_heads, head_dim] over one sequence's cache
-  // k/v [capacity, n_kv_heads, head_dim]; row r attends to cache positions
+  // Grouped-query attention of q [rows, n_heads, head_dim] over KV caches
+  // k/v [*, n_kv_heads, head_dim]: row r's cache starts at cache row cache_row0[r] (null: row 0
+  // for every row, one sequence) and it attends to that cache's positions
   // [max(0, positions[r] - window + 1), positions[r]] (window 0 = unlimited), softmax scale
   // 1/sqrt(head_dim). out is [rows, n_heads, head_dim].
   virtual void attention(const float* q, int64_t rows, const int32_t* positions,
-                         const float* k_cache, const float* v_cache, int64_t n_heads,
-                         int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) = 0;
+                         const int32_t* cache_row0, const float* k_cache, const float* v_cache,
+                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t window,
+                         float* out) = 0;
   // out = silu(gate) * up, elementwise over n.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y[i] += x[i] over n.
   virtual void add(const float* x, int64_t n, float* y) = 0;
+  // y[i] = 1 / (1 + exp(-x[i])) over n (the shared expert's gate).
+  virtual void sigmoid(const float* x, int64_t n, float* y) = 0;
 
   // --- mixture of experts (spec sections 1 and 5) ---
   // logits [rows, logit_stride]: the router's output. The layer stores n_stored experts; stored
@@ -96,20 +161,32 @@ class Backend {
   virtual void route_topk(const float* logits, int64_t rows, int64_t logit_stride,
                           const int32_t* logit_column, const int32_t* original_id, int64_t n_stored,
                           int64_t k, bool norm_topk, int32_t* expert_index, float* weight) = 0;
+  // The routed experts of a layer as device work: for every row r and rank j < k,
+  // out[(r * out_slots + j), :] = down(silu(gate(x[r])) * up(x[r])) of stored expert
+  // expert_index[r * k + j]. The rows that chose an expert are gathered on the device (in row,
+  // then rank order) and each chosen expert runs once over them, so its weights are read once per
+  // call for all rows; the expert choice never leaves the device. x is [rows, hidden];
+  // workspace holds moe_workspace_floats(rows, k, hidden, inter) floats.
+  virtual void moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x,
+                           int64_t rows, int64_t hidden, const int32_t* expert_index, int64_t k,
+                           int64_t out_slots, float* out, float* workspace) = 0;
+  static int64_t moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter,
+                                      int64_t n_stored);
   // y[r, :] += sum_j weight[r, j] * expert_out[r, j, :], j in rank order 0..k-1.
   virtual void expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                               int64_t dim, float* y) = 0;
 
   // --- guidance and sampling (spec section 6) ---
-  // out = uncond + gamma * (cond - uncond), in float32, over n.
-  virtual void guidance_combine(const float* cond, const float* uncond, int64_t n, float gamma,
-                                float* out) = 0;
-  // Draws one id from logits [vocab] with temperature, top-k, top-p; u in [0,1) from the
-  // counter-based generator keyed by (seed, frame, codebook). Returns to the host.
-  virtual int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params,
-                         uint64_t seed, uint64_t frame, uint64_t codebook) = 0;
-  // 1 if any of n values is NaN or infinite (corrupted weights are caught, never voiced).
-  virtual bool has_non_finite(const float* x, int64_t n) = 0;
+  // out[i, :] over n output rows of `vocab` logits as rows[i] says (GuidanceRow).
+  virtual void guidance_combine(const float* logits, int64_t vocab, const GuidanceRow* rows,
+                                int64_t n, float* out) = 0;
+  // Draws one id per row i < n from logits [n, vocab] with rows[i]'s temperature, top-k and
+  // top-p, u in [0,1) from the counter-based generator keyed by (rows[i].seed, rows[i].frame,
+  // codebook), into ids[i * stride] on the device. A row holding NaN or Inf (a corrupted weight:
+  // caught, never voiced) writes id 0 and sets flags[i * stride] = codebook + 1 unless it is
+  // already set; flags are otherwise left as they are.
+  virtual void sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
+                           int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride) = 0;
 
   // --- codec (Mimi) ---
   // Causal-ready 1-D convolution over x [in_ch, len] (already padded by the caller), weight
@@ -138,6 +215,18 @@ class Backend {
   // Vector-quantizer encode: nearest codebook row by squared L2 (ties to the lower index).
   virtual void vq_encode(const float* codebook, int64_t size, int64_t dim, const float* x,
                          int64_t n, int32_t* codes) = 0;
+
+ protected:
+  void count_expert_weight_bytes(uint64_t bytes) {
+    expert_weight_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  virtual std::unique_ptr<DeviceBuffer> alloc_impl(size_t bytes) = 0;
+  virtual void upload_impl(void* dst, const void* src, size_t bytes) = 0;
+  virtual void download_impl(void* dst, const void* src, size_t bytes) = 0;
+
+ private:
+  std::atomic<uint64_t> h2d_calls_{0}, h2d_bytes_{0}, d2h_calls_{0}, d2h_bytes_{0};
+  std::atomic<uint64_t> allocs_{0}, alloc_bytes_{0}, expert_weight_bytes_{0};
 };
 
 // Cores in the process's affinity mask (what threads = 0 means).

@@ -1,7 +1,7 @@
 // Helpers the codec composes from Backend kernels (backend.h), kept in one place so that a
 // backend can later provide them directly: float32 linear layers (as a 1-D convolution, see
-// linear_f32), strided block copies and transposes (staged through host
-// memory: exact, and cheap on the CPU backend where upload/download are memcpy).
+// linear_f32), strided block copies, transposes and fills (the backend's device copies: nothing
+// is staged through host memory).
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@ class CodecOps {
   // y[r, o] = sum_i x[r, i] * w[o, i] for float32 weights given TRANSPOSED, wt [in, out]
   // (MimiModel stores them so). Each y[r, o] is summed over i in increasing order.
   void linear_f32(const float* wt, int64_t out, int64_t in, const float* x, int64_t rows, float* y);
-  // dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols. src and dst may
-  // overlap (the block is staged whole before it is written).
+  // dst[r * dst_stride + c] = src[r * src_stride + c] for r < rows, c < cols. src and dst do
+  // not overlap.
   void copy_block(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
                   int64_t rows, int64_t cols);
   // dst [cols, rows] = transpose of src [rows, cols].
@@ -48,7 +48,6 @@ class CodecOps {
 
  private:
   Backend& backend_;
-  std::vector<float> host_;
 };
 
 }  // namespace drama

@@ -195,10 +195,13 @@ void MimiTransformer::make_room(int64_t n) {
     }
     capacity_ = capacity;
   } else {
+    // The kept rows move to the front through a scratch array (device copies do not overlap).
+    float* tmp = shift_.ensure(b, keep * kv_dim_);
     for (size_t l = 0; l < layers_.size(); ++l) {
       for (std::vector<DeviceArray>* cache : {&k_cache_, &v_cache_}) {
         float* base = (*cache)[l].data();
-        ops_.copy_block(base, kv_dim_, base + (cached_ - keep) * kv_dim_, kv_dim_, keep, kv_dim_);
+        ops_.copy_block(tmp, kv_dim_, base + (cached_ - keep) * kv_dim_, kv_dim_, keep, kv_dim_);
+        ops_.copy_block(base, kv_dim_, tmp, kv_dim_, keep, kv_dim_);
       }
     }
   }
@@ -240,8 +243,9 @@ void MimiTransformer::forward(float* x, int64_t n) {
     ops_.linear_f32(w.v, kv_dim_, d, h, n, v_slot);
     b.rope(q, n, c_.num_attention_heads, c_.head_dim, pos_abs, theta);
     b.rope(k_slot, n, c_.num_key_value_heads, c_.head_dim, pos_abs, theta);
-    b.attention(q, n, pos_rel, k_cache_[l].data(), v_cache_[l].data(), c_.num_attention_heads,
-                c_.num_key_value_heads, c_.head_dim, c_.sliding_window, attn);
+    b.attention(q, n, pos_rel, nullptr, k_cache_[l].data(), v_cache_[l].data(),
+                c_.num_attention_heads, c_.num_key_value_heads, c_.head_dim, c_.sliding_window,
+                attn);
     ops_.linear_f32(w.o, d, q_dim_, attn, n, proj);
     b.scale_rows(proj, w.attn_scale, n, d, h);
     b.add(h, n * d, x);

@@ -97,6 +97,7 @@ class MimiTransformer {
   int64_t cached_ = 0;    // rows held in the caches (their absolute positions end at position_)
   int64_t capacity_ = 0;
   std::vector<DeviceArray> k_cache_, v_cache_;
+  DeviceArray shift_;  // scratch for moving the kept rows of a cache to its front
   DeviceArray h_, q_, attn_, proj_, mlp_, positions_abs_, positions_rel_;
 };
 

@@ -234,9 +234,16 @@ std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault) {
     }
     c.nmse_limit = 64 * kU32 * kU32;
     c.input_norms = {l2(*cond), l2(*unc)};
-    c.run = [cond, unc, g](Backend& b, int64_t r0, int64_t rows, float* out) {
-      b.guidance_combine(cond->data() + r0 * kSliceLen, unc->data() + r0 * kSliceLen,
-                         rows * kSliceLen, g, out);
+    // One logits array [cond rows; uncond rows]; output row r combines cond row r0 + r with
+    // uncond row kSliceRows + r0 + r.
+    auto both = std::make_shared<std::vector<float>>(*cond);
+    both->insert(both->end(), unc->begin(), unc->end());
+    c.run = [both, g](Backend& b, int64_t r0, int64_t rows, float* out) {
+      std::vector<GuidanceRow> table;
+      for (int64_t r = 0; r < rows; ++r)
+        table.push_back(
+            {static_cast<int32_t>(r0 + r), static_cast<int32_t>(kSliceRows + r0 + r), g});
+      b.guidance_combine(both->data(), kSliceLen, table.data(), rows, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -316,10 +323,18 @@ std::vector<KernelCase> sample_cases(uint64_t seed, Fault) {
     c.input_norms = {l2(*logits)};
     c.run = [logits, sh, key](Backend& b, int64_t r0, int64_t n, float* out) {
       std::vector<float> ids(static_cast<size_t>(n));
-      const SamplingParams p{sh.temperature, sh.top_k, sh.top_p};
-      for (int64_t r = 0; r < n; ++r)
-        ids[r] = static_cast<float>(b.sample(logits->data() + (r0 + r) * sh.vocab, sh.vocab, p, key,
-                                             uint64_t(r0 + r), uint64_t((r0 + r) % 8)));
+      for (int64_t r = 0; r < n; ++r) {
+        SampleRow p;
+        p.temperature = sh.temperature;
+        p.top_k = sh.top_k;
+        p.top_p = sh.top_p;
+        p.seed = key;
+        p.frame = uint64_t(r0 + r);
+        int32_t id = -1, flag = 0;
+        b.sample_rows(logits->data() + (r0 + r) * sh.vocab, sh.vocab, &p, 1, (r0 + r) % 8, &id,
+                      &flag, 1);
+        ids[r] = static_cast<float>(id);
+      }
       stage(b, out, ids.data(), n);
       return true;
     };
@@ -357,8 +372,12 @@ std::vector<KernelCase> has_non_finite_cases(uint64_t seed, Fault) {
   c.input_norms = {l2(*x)};
   c.run = [=](Backend& b, int64_t r0, int64_t count, float* out) {
     std::vector<float> flags(static_cast<size_t>(count));
-    for (int64_t r = 0; r < count; ++r)
-      flags[r] = b.has_non_finite(x->data() + (r0 + r) * n, n) ? 1.0f : 0.0f;
+    const SampleRow greedy{0.0f, 0, 1.0f, 0, 0, 0};
+    for (int64_t r = 0; r < count; ++r) {
+      int32_t id = -1, flag = 0;
+      b.sample_rows(x->data() + (r0 + r) * n, n, &greedy, 1, 0, &id, &flag, 1);
+      flags[r] = flag != 0 ? 1.0f : 0.0f;
+    }
     stage(b, out, flags.data(), count);
     return true;
   };
@@ -389,7 +408,9 @@ Limit small_kernel_limit(const char* kernel) {
       Rng rng(9);
       std::vector<float> lg = rng.normals(2049);
       return median_seconds(21, [&] {
-        (void)b.sample(lg.data(), 2049, {0.9f, 50, 1.0f}, 1, 2, 3);
+        const SampleRow p{0.9f, 50, 1.0f, 0, 1, 2};
+        int32_t id = 0, flag = 0;
+        b.sample_rows(lg.data(), 2049, &p, 1, 3, &id, &flag, 1);
       });
     };
   } else if (name == "expert_combine") {

@@ -239,8 +239,8 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
     c.nmse_limit = 4 * t * t;
     c.input_norms = {l2(*q), l2(*k), l2(*v)};
     c.run = [q, k, v, pos, sh](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.attention(q->data() + r0 * sh.nh * sh.hd, n, pos->data() + r0, k->data(), v->data(), sh.nh,
-                  sh.nkv, sh.hd, sh.window, out);
+      b.attention(q->data() + r0 * sh.nh * sh.hd, n, pos->data() + r0, nullptr, k->data(),
+                  v->data(), sh.nh, sh.nkv, sh.hd, sh.window, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -325,7 +325,7 @@ Limit attention_limit() {
                        v = rng.normals(cap * nkv * hd), o(nh * hd);
     const int32_t pos = cap - 1;
     return median_seconds(7, [&] {
-      b.attention(q.data(), 1, &pos, k.data(), v.data(), nh, nkv, hd, 0, o.data());
+      b.attention(q.data(), 1, &pos, nullptr, k.data(), v.data(), nh, nkv, hd, 0, o.data());
       b.synchronize();
     });
   };
@@ -359,10 +359,18 @@ Limit elementwise_limit(const char* kernel) {
       if (name == "add") b.add(x.data(), n, o.data());
       if (name == "elu") b.elu(x.data(), n, 1.0f, o.data());
       if (name == "gelu") b.gelu(x.data(), n, o.data());
-      if (name == "guidance_combine") b.guidance_combine(x.data(), y.data(), n, 1.5f, o.data());
+      if (name == "guidance_combine") {
+        // Two rows of n / 2 logits combined into one, twice over (n elements read in all).
+        const GuidanceRow rows[2] = {{0, 1, 1.5f}, {1, 0, 1.5f}};
+        b.guidance_combine(x.data(), n / 2, rows, 2, o.data());
+      }
       if (name == "rms_norm") b.rms_norm(x.data(), w.data(), n / 1024, 1024, 1e-6f, o.data());
       if (name == "scale_rows") b.scale_rows(x.data(), y.data(), n / 1024, 1024, o.data());
-      if (name == "has_non_finite") (void)b.has_non_finite(x.data(), n);
+      if (name == "has_non_finite") {
+        const SampleRow greedy{0.0f, 0, 1.0f, 0, 0, 0};
+        int32_t id = 0, flag = 0;
+        b.sample_rows(x.data(), n, &greedy, 1, 0, &id, &flag, 1);
+      }
       if (name == "layer_norm")
         b.layer_norm(x.data(), y.data(), y.data() + 1024, n / 1024, 1024, 1e-5f, o.data());
       if (name == "rope") {

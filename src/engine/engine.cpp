@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "codec/mimi.h"
+#include "engine/scheduler.h"
 #include "format/checkpoint.h"
 #include "model/drama3_model.h"
 #include "model/prompt.h"
@@ -26,10 +27,11 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// How speak() shares the CPU threads between the model and the codec. With two or more threads
-// the codec runs on a thread of its own beside the model (a pipeline: the codec decodes frame n
-// while the model generates frame n + 1) with max(1, T/4) of the T threads; the model keeps the
-// rest. With one thread they take turns on one backend. Neither split changes a byte: both are
+// How speak() shares the CPU threads between the model and the codec. The model's step runs on
+// the scheduler's thread and each request's codec on the request's thread (a pipeline: the codec
+// decodes frame n while the model makes frame n + 1). With two or more threads the codec gets a
+// backend of its own with max(1, T/4) of the T threads and the model keeps the rest; with one
+// thread both share one single-threaded backend. Neither split changes a byte: both are
 // thread-count invariant.
 struct ThreadPlan {
   BackendOptions model, codec;
@@ -54,7 +56,10 @@ class DramaEngine final : public Engine {
     const ThreadPlan plan = plan_threads(options.backend);
     backend_ = make_backend(plan.model);
     if (plan.pipelined) codec_backend_ = make_backend(plan.codec);
-    model_ = std::make_unique<Drama3Model>(checkpoint_, *backend_);
+    ModelCapacity capacity;
+    capacity.lanes = options.lanes;
+    capacity.prefill_chunk = options.prefill_chunk;
+    model_ = std::make_unique<Drama3Model>(checkpoint_, *backend_, capacity);
     const auto& audio = checkpoint_.config().audio;
     if (std::filesystem::exists(dir / "codec" / "config.json")) {
       codec_ =
@@ -69,95 +74,29 @@ class DramaEngine final : public Engine {
                     " codebooks");
     }
     name_ = std::filesystem::weakly_canonical(dir).filename().string();
+    scheduler_ = std::make_unique<FrameScheduler>(*model_);
   }
 
   SpeechResult speak(const SpeechRequest& request, const AudioSink& sink,
                      const std::atomic<bool>* cancel) override {
     if (!codec_)
       throw Error(checkpoint_.dir().string() + " has no codec/ directory; only codes can be made");
+    // The codec decodes each frame on the caller's thread while the model's step (on the
+    // scheduler's thread) makes the next one: a pipeline per request.
     MimiDecoderStream stream(*codec_);
     std::vector<float> pcm;
     int64_t samples = 0;
     const double t0 = now_s();
     double first = -1;
-    // Decodes one frame and hands it to the caller's sink; false stops the generation.
     auto deliver = [&](std::span<const int32_t> codes) {
       stream.decode_frame(codes, pcm);
       samples += static_cast<int64_t>(pcm.size());
       if (first < 0) first = now_s() - t0;
       return sink(pcm);
     };
-    SpeechResult r = codec_backend_ ? pipelined_codes(request, deliver, cancel)
-                                    : generate_codes(request, deliver, cancel);
+    SpeechResult r = generate_codes(request, deliver, cancel);
     r.samples = samples;
     r.seconds_to_first_audio = first < 0 ? 0 : first;
-    return r;
-  }
-
-  // generate_codes() on a thread of its own, `deliver` (codec and sink) on the caller's thread.
-  // The model hands over frame n + 1 only once frame n has been delivered (one slot, freed after
-  // delivery), so it computes at most one frame beyond the one the sink is taking: a sink that
-  // refuses a frame (a client gone) stops the generation within one frame.
-  SpeechResult pipelined_codes(const SpeechRequest& request, const CodesSink& deliver,
-                               const std::atomic<bool>* cancel) {
-    std::mutex m;
-    std::condition_variable cv;
-    std::optional<std::vector<int32_t>> ready;  // the one frame being handed over
-    bool done = false, stop = false;
-    SpeechResult r;
-    std::exception_ptr model_error, codec_error;
-    std::thread model([&] {
-      try {
-        r = generate_codes(
-            request,
-            [&](std::span<const int32_t> codes) {
-              std::unique_lock lock(m);
-              cv.wait(lock, [&] { return !ready || stop; });
-              if (stop) return false;
-              ready.emplace(codes.begin(), codes.end());
-              cv.notify_all();
-              return true;
-            },
-            cancel);
-      } catch (...) {
-        model_error = std::current_exception();
-      }
-      std::lock_guard lock(m);
-      done = true;
-      cv.notify_all();
-    });
-    bool refused = false;
-    for (;;) {
-      std::vector<int32_t> codes;
-      {
-        std::unique_lock lock(m);
-        cv.wait(lock, [&] { return ready || done; });
-        if (!ready) break;
-        codes = *ready;  // the slot stays taken until the frame is delivered
-      }
-      bool ok = false;
-      if (!refused && !codec_error) {
-        try {
-          ok = deliver(codes);
-        } catch (...) {
-          codec_error = std::current_exception();
-        }
-        if (!ok) refused = !codec_error;
-      }
-      std::lock_guard lock(m);
-      ready.reset();
-      if (!ok) stop = true;
-      cv.notify_all();
-    }
-    model.join();
-    if (model_error) std::rethrow_exception(model_error);
-    if (codec_error) std::rethrow_exception(codec_error);
-    if (refused) {
-      // The model had made one more frame (the one it was blocked on) before it saw `stop`;
-      // r.frames counts frames generated, so it is one above the sequential path's here.
-      r.cancelled = true;
-      r.reached_eos = false;
-    }
     return r;
   }
 
@@ -187,15 +126,18 @@ class DramaEngine final : public Engine {
     o.max_frames =
         static_cast<int64_t>(std::floor(request.max_duration_s * c.audio.frame_rate + 1e-9));
     if (request.max_frames >= 0) o.max_frames = std::min(o.max_frames, request.max_frames);
+    SessionSpec spec;
+    spec.cond = std::move(cond);
+    if (guided) spec.uncond = std::move(uncond);
+    spec.options = o;
+    spec.cancel = cancel;
     SpeechResult r;
     double first = -1;
-    GenerationResult g = model_->generate(
-        cond, guided ? &uncond : nullptr, o,
-        [&](int64_t, std::span<const int32_t> codes) {
+    GenerationResult g =
+        scheduler_->run(std::move(spec), [&](int64_t, std::span<const int32_t> codes) {
           if (first < 0) first = now_s() - t0;
           return sink ? sink(codes) : true;
-        },
-        cancel);
+        });
     r.frames = g.frames;
     r.reached_eos = g.stop == StopReason::Eos;
     r.cancelled = g.stop == StopReason::Cancelled;
@@ -223,6 +165,17 @@ class DramaEngine final : public Engine {
     return static_cast<float>(checkpoint_.config().default_gamma);
   }
   int64_t num_codebooks() const override { return checkpoint_.config().audio.num_codebooks; }
+  EngineStats stats() const override {
+    const SchedulerStats s = scheduler_->stats();
+    EngineStats e;
+    e.lanes = s.lanes;
+    e.active = s.active;
+    e.waiting = s.waiting;
+    e.steps = s.steps.steps;
+    e.backbone_rows = s.steps.backbone_rows;
+    e.frames = s.steps.frames;
+    return e;
+  }
 
   Voice make_voice(std::span<const float> pcm, const std::string& transcript) override {
     if (!codec_) throw Error(checkpoint_.dir().string() + " has no codec/ directory");
@@ -251,6 +204,7 @@ class DramaEngine final : public Engine {
   std::unique_ptr<Drama3Model> model_;
   std::unique_ptr<MimiModel> codec_;
   std::string name_;
+  std::unique_ptr<FrameScheduler> scheduler_;  // last: stopped first
 };
 
 }  // namespace

@@ -30,7 +30,7 @@ struct SpeechRequest {
 };
 
 struct SpeechResult {
-  int64_t frames = 0;
+  int64_t frames = 0;  // frames delivered
   int64_t samples = 0;
   bool reached_eos = false;
   bool cancelled = false;
@@ -46,14 +46,30 @@ using CodesSink = std::function<bool(std::span<const int32_t> codes)>;
 
 struct EngineOptions {
   BackendOptions backend;
+  // Generations that run together in one batched step (`--lanes`); KV caches and workspaces are
+  // allocated for this many at load. More callers wait, in order, for a lane.
+  int lanes = 1;
+  int prefill_chunk = 128;  // prompt rows per step (docs/model.md)
   // Weights read into process memory (the default) or mapped (`--mmap`): docs/run.md.
   Residency weights = Residency::InMemory;
   CfgMode default_cfg = CfgMode::Paired;
 };
 
+// What the batched step has done since load (the server's /health and /metrics).
+struct EngineStats {
+  int64_t lanes = 1;
+  int64_t active = 0;   // generations in the model now
+  int64_t waiting = 0;  // submitted, waiting for a lane
+  int64_t steps = 0;
+  int64_t backbone_rows = 0;  // rows through the backbone over all steps
+  int64_t frames = 0;         // frames made over all steps
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
+  // speak() and generate_codes() may be called from several threads at once: up to `lanes`
+  // generations run together, each giving exactly the bytes it gives alone.
   virtual SpeechResult speak(const SpeechRequest& request, const AudioSink& sink,
                              const std::atomic<bool>* cancel = nullptr) = 0;
   // The same generation without the codec: streams each frame's codes (`drama say -o x.codes`,
@@ -68,6 +84,7 @@ class Engine {
   virtual SamplingParams default_sampling() const = 0;
   virtual float default_gamma() const = 0;
   virtual int64_t num_codebooks() const = 0;
+  virtual EngineStats stats() const { return {}; }
   // The voice writer: reference audio (mono, codec rate) + transcript -> voice.
   virtual Voice make_voice(std::span<const float> pcm, const std::string& transcript) = 0;
 };

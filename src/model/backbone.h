@@ -17,16 +17,20 @@ class Backbone {
   Backbone(Backend& backend, const Drama3Config& config, const ModelWeights& w);
 
   // x [prompt.rows, H] = embeddings of the prompt rows.
-  void embed_prompt(Exec& exec, const Prompt& prompt, float* x) const;
+  void embed_prompt(Workspace& ws, const Prompt& prompt, float* x) const;
   // x [frames, H]: a frame position embeds sum_k audio_embed[k * (codebook_size + 1) + c_k].
-  void embed_frames(Exec& exec, std::span<const int32_t> codes, int64_t frames, float* x) const;
-  void forward(Exec& exec, float* x, int64_t rows, std::span<const Segment> segments) {
-    stack_.forward(exec, x, rows, segments);
+  void embed_frames(Workspace& ws, std::span<const int32_t> codes, int64_t frames, float* x) const;
+  // The same from device ids: text rows ids [rows]; frame rows ids [rows, K], already offset by
+  // k * (codebook_size + 1).
+  void embed_text_ids(Workspace& ws, const int32_t* ids, int64_t rows, float* x) const;
+  void embed_frame_ids(Workspace& ws, const int32_t* ids, int64_t rows, float* x) const;
+  void forward(Workspace& ws, float* x, int64_t rows, const RowTables& t, KvPool& cache) {
+    stack_.forward(ws, x, rows, t, cache);
   }
   // h = final_norm(x) over rows.
-  void final_norm(Exec& exec, const float* x, int64_t rows, float* h) const;
+  void final_norm(Workspace& ws, const float* x, int64_t rows, float* h) const;
   // logits [rows, codebook_size + 1] = codebook0_head(h).
-  void codebook0_logits(Exec& exec, const float* h, int64_t rows, float* logits) const;
+  void codebook0_logits(Workspace& ws, const float* h, int64_t rows, float* logits) const;
 
   LayerStack& stack() { return stack_; }
   int64_t hidden() const { return stack_.shape().hidden; }

@@ -1,31 +1,14 @@
 #include "model/drama3_model.h"
 
 #include <algorithm>
-#include <chrono>
 
+#include "model/lane.h"
 #include "model/moe.h"
 #include "util/error.h"
 
 namespace drama {
 
 namespace {
-
-enum Scratch : size_t {
-  kX,
-  kLast,
-  kHnorm,
-  kLogits0,
-  kCombined0,
-  kTowerX,
-  kTowerTmp,
-  kTowerLogits,
-  kTowerCombined,
-  kScratchCount
-};
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 LayerWeights resident_layer(Backend& be, const LayerWeights& l, int64_t hidden, int64_t head_dim) {
   LayerWeights r = l;
@@ -58,12 +41,6 @@ LayerWeights resident_layer(Backend& be, const LayerWeights& l, int64_t hidden, 
 
 }  // namespace
 
-struct Drama3Model::Branch {
-  const Prompt* prompt = nullptr;
-  std::unique_ptr<KvCache> backbone_cache, tower_cache;
-  int64_t next_position = 0;
-};
-
 ModelWeights make_resident(Backend& be, const ModelWeights& host, const Drama3Config& c) {
   ModelWeights r = host;
   const int64_t H = c.backbone.hidden_size, Ht = c.tower.hidden_size;
@@ -86,24 +63,46 @@ ModelWeights make_resident(Backend& be, const ModelWeights& host, const Drama3Co
   return r;
 }
 
-Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend)
+Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCapacity capacity)
     : backend_(backend),
       config_(checkpoint.config()),
+      capacity_(capacity),
       resident_(make_resident(backend, checkpoint.weights(), checkpoint.config())),
-      exec_(backend),
-      scratch_(kScratchCount) {
+      ws_(backend) {
+  if (capacity_.lanes < 1) throw Error("the model needs at least one lane");
+  if (capacity_.prefill_chunk < 1) throw Error("the prefill chunk must be at least one row");
   backbone_ = std::make_unique<Backbone>(backend, config_, resident_);
   tower_ = std::make_unique<Tower>(backend, config_, resident_);
+  lanes_.resize(static_cast<size_t>(capacity_.lanes));
+
+  // Everything a step touches, allocated once for the largest step.
+  const int64_t L = capacity_.lanes, K = config_.audio.num_codebooks;
+  const int64_t H = backbone_->hidden(), Ht = tower_->hidden();
+  const int64_t cs = config_.audio.codebook_size, V = std::max(cs + 1, cs);
+  const int64_t slots = 2 * L, R = slots + capacity_.prefill_chunk, B = slots;
+  backbone_cache_ = std::make_unique<KvPool>(backend, config_.backbone.num_layers, slots,
+                                             config_.backbone.max_position_embeddings,
+                                             backbone_->stack().shape().kv_dim());
+  tower_cache_ =
+      std::make_unique<KvPool>(backend, config_.tower.num_layers, slots, K, tower_->kv_dim());
+  auto floats = [&](int64_t n) { return backend.alloc(static_cast<size_t>(n) * sizeof(float)); };
+  x_buf_ = floats(R * H);
+  last_buf_ = floats(slots * H);
+  head_buf_ = floats(B * H);
+  hnorm_buf_ = floats(B * H);
+  logits_buf_ = floats(B * V);
+  combined_buf_ = floats(L * V);
+  tower_x_buf_ = floats(2 * B * Ht);
+  ids_buf_ = floats(std::max(R * K, 2 * B));
+  codes_buf_ = floats(L * (K + 1));
+  lane_codes_buf_ = floats(L * (K + 1));
+  plan_capacity_ = step_plan_bytes(L, R, K);
+  plan_buf_ = backend.alloc(plan_capacity_);
+  backbone_->stack().reserve(ws_, R);
+  tower_->reserve(ws_, 2 * B);
 }
 
 Drama3Model::~Drama3Model() = default;
-
-float* Drama3Model::scratch(size_t which, size_t floats) {
-  auto& buf = scratch_[which];
-  const size_t bytes = std::max<size_t>(floats, 16) * sizeof(float);
-  if (!buf || buf->bytes() < bytes) buf = backend_.alloc(bytes);
-  return buf->f32();
-}
 
 void Drama3Model::set_masked_experts_for_test(const std::vector<std::vector<int32_t>>& per_layer) {
   for (int64_t l = 0; l < backbone_->stack().num_layers(); ++l)
@@ -121,168 +120,96 @@ void Drama3Model::check_prompt(const Prompt& p, const char* which) const {
   if (p.rows == 0) throw Error(std::string("the ") + which + " prompt is empty");
 }
 
+int64_t Drama3Model::active_sessions() const {
+  int64_t n = 0;
+  for (const Lane& l : lanes_) n += l.used;
+  return n;
+}
+
+Drama3Model::Lane* Drama3Model::find(uint64_t session) {
+  for (Lane& l : lanes_)
+    if (l.used && l.id == session) return &l;
+  return nullptr;
+}
+
+uint64_t Drama3Model::join(SessionSpec spec) {
+  check_prompt(spec.cond, "conditional");
+  if (spec.uncond) check_prompt(*spec.uncond, "unconditional");
+  auto free = std::find_if(lanes_.begin(), lanes_.end(), [](const Lane& l) { return !l.used; });
+  if (free == lanes_.end())
+    throw Error("all " + std::to_string(capacity_.lanes) + " lanes of the model are in use");
+  Lane& lane = *free;
+  lane = Lane{};
+  lane.used = true;
+  lane.id = next_session_++;
+  lane.guide = GuidancePair(spec.uncond.has_value(), spec.options.gamma, spec.options.cfg);
+  lane.spec = std::move(spec);
+  const int64_t max_pos = config_.backbone.max_position_embeddings;
+  // Frame t is predicted from position rows - 1 + t, so a branch of `rows` positions can make
+  // at most max_pos - rows + 1 frames.
+  int64_t limit = lane.spec.options.max_frames;
+  for (int64_t b = 0; b < lane.guide.branches(); ++b) {
+    const Prompt& p = b == 0 ? lane.spec.cond : *lane.spec.uncond;
+    lane.br[b].load(p, config_);
+    limit = std::min(limit, max_pos - p.rows + 1);
+  }
+  lane.frames_cap = std::max<int64_t>(limit, 0);
+  return lane.id;
+}
+
+void Drama3Model::cancel(uint64_t session) {
+  if (Lane* l = find(session)) l->cancel_requested = true;
+}
+
+void Drama3Model::hold(uint64_t session, bool held) {
+  if (Lane* l = find(session)) l->held = held;
+}
+
+void Drama3Model::finish(Lane& lane, StopReason stop, std::vector<StepEvent>& events,
+                         const std::string& error) {
+  StepEvent e;
+  e.session = lane.id;
+  e.finished = true;
+  e.frame = lane.frames;
+  e.stop = stop;
+  e.error = error;
+  events.push_back(std::move(e));
+  lane = Lane{};
+}
+
 GenerationResult Drama3Model::generate(const Prompt& cond, const Prompt* uncond,
                                        const GenerationOptions& options,
                                        const FrameCallback& on_frame,
                                        const std::atomic<bool>* cancel) {
-  check_prompt(cond, "conditional");
-  if (uncond) check_prompt(*uncond, "unconditional");
-  const GuidancePair guide(uncond != nullptr, options.gamma, options.cfg);
-  const FrameSampler sampler(options.sampling, options.seed);
-  const int64_t nb = guide.branches();
-  const int64_t H = backbone_->hidden(), K = config_.audio.num_codebooks;
-  const int64_t V0 = config_.audio.codebook_size + 1;
-  const int64_t max_pos = config_.backbone.max_position_embeddings;
-
-  std::vector<Branch> br(nb);
-  br[0].prompt = &cond;
-  if (nb == 2) br[1].prompt = uncond;
-  // Frame t is predicted from position rows - 1 + t, so a branch of `rows` positions can make
-  // at most max_pos - rows + 1 frames.
-  int64_t limit_frames = options.max_frames;
-  for (const Branch& b : br) limit_frames = std::min(limit_frames, max_pos - b.prompt->rows + 1);
-  const int64_t frames_cap = std::max<int64_t>(limit_frames, 0);
+  if (active_sessions() != 0) throw Error("generate() runs a session alone; sessions are active");
+  SessionSpec spec;
+  spec.cond = cond;
+  if (uncond) spec.uncond = *uncond;
+  spec.options = options;
+  spec.cancel = cancel;
+  const uint64_t id = join(std::move(spec));
   GenerationResult result;
-  if (frames_cap == 0) return result;
-  int64_t total_rows = 0;
-  for (Branch& b : br) {
-    const int64_t cap = std::min(max_pos, b.prompt->rows + frames_cap - 1);
-    b.backbone_cache = std::make_unique<KvCache>(backend_, config_.backbone.num_layers, cap,
-                                                 backbone_->stack().shape().kv_dim());
-    b.tower_cache =
-        std::make_unique<KvCache>(backend_, config_.tower.num_layers, K, tower_->kv_dim());
-    total_rows += b.prompt->rows;
-  }
-
-  // Prefill: all prompt rows of a group's branches as one batch through each layer.
-  const double t_prefill = now_s();
-  float* last = scratch(kLast, nb * H);
-  float* x = scratch(kX, total_rows * H);
-  for (const auto& group : guide.groups()) {
-    std::vector<Segment> segs;
-    int64_t row = 0;
-    for (int64_t b : group) {
-      backbone_->embed_prompt(exec_, *br[b].prompt, x + row * H);
-      segs.push_back({br[b].backbone_cache.get(), row, br[b].prompt->rows, 0});
-      row += br[b].prompt->rows;
-    }
-    backbone_->forward(exec_, x, row, segs);
-    for (size_t i = 0; i < group.size(); ++i) {
-      const int64_t b = group[i];
-      exec_.copy_rows(x + (segs[i].row0 + segs[i].rows - 1) * H, 1, H, last + b * H);
-      backbone_rows_[b] += segs[i].rows;
-      br[b].next_position = segs[i].rows;
-    }
-  }
-  backend_.synchronize();
-  timing_.prefill_s += now_s() - t_prefill;
-
-  float* hnorm = scratch(kHnorm, nb * H);
-  float* logits0 = scratch(kLogits0, nb * V0);
-  float* combined0 = scratch(kCombined0, V0);
-  std::vector<int32_t> codes(K);
-  for (int64_t t = 0;; ++t) {
-    if (cancel && cancel->load()) {
-      result.stop = StopReason::Cancelled;
-      break;
-    }
-    const uint64_t bytes0 = exec_.traffic.bytes;
-    double t0 = now_s();
-    for (const auto& group : guide.groups()) {
-      const int64_t g0 = group.front(), n = static_cast<int64_t>(group.size());
-      backbone_->final_norm(exec_, last + g0 * H, n, hnorm + g0 * H);
-      backbone_->codebook0_logits(exec_, hnorm + g0 * H, n, logits0 + g0 * V0);
-    }
-    codes[0] = sampler.draw(backend_, guide.combine(backend_, logits0, V0, combined0), V0, t, 0);
-    double t1 = now_s();
-    timing_.backbone_s += t1 - t0;
-    if (codes[0] == config_.audio.eos_code) {
-      result.stop = StopReason::Eos;
-      break;
-    }
-    tower_frame(guide, br, hnorm, sampler, t, codes);
-    backend_.synchronize();
-    double t2 = now_s();
-    timing_.tower_s += t2 - t1;
-    result.codes.insert(result.codes.end(), codes.begin(), codes.end());
-    ++result.frames;
-    ++timing_.frames;
-    if (on_frame && !on_frame(t, codes)) {
-      timing_.decode_weight_bytes += exec_.traffic.bytes - bytes0;
-      result.stop = StopReason::Cancelled;
-      break;
-    }
-    if (result.frames == frames_cap) {
-      timing_.decode_weight_bytes += exec_.traffic.bytes - bytes0;
-      result.stop =
-          frames_cap < options.max_frames ? StopReason::PositionLimit : StopReason::MaxFrames;
-      break;
-    }
-    // Feed the frame to every branch (the sampled codes go to both).
-    for (const auto& group : guide.groups()) {
-      const int64_t n = static_cast<int64_t>(group.size());
-      std::vector<int32_t> rep;
-      std::vector<Segment> segs;
-      for (int64_t i = 0; i < n; ++i) {
-        rep.insert(rep.end(), codes.begin(), codes.end());
-        Branch& b = br[group[i]];
-        segs.push_back({b.backbone_cache.get(), i, 1, b.next_position});
+  bool refused = false;
+  for (;;) {
+    std::vector<StepEvent> events = step();
+    bool ended = false;
+    for (StepEvent& e : events) {
+      if (e.session != id) continue;
+      if (e.finished) {
+        if (!e.error.empty()) throw Error(e.error);
+        if (!refused) result.stop = e.stop;
+        ended = true;
+        continue;
       }
-      backbone_->embed_frames(exec_, rep, n, x);
-      backbone_->forward(exec_, x, n, segs);
-      for (int64_t i = 0; i < n; ++i) {
-        exec_.copy_rows(x + i * H, 1, H, last + group[i] * H);
-        ++br[group[i]].next_position;
-        ++backbone_rows_[group[i]];
+      result.codes.insert(result.codes.end(), e.codes.begin(), e.codes.end());
+      ++result.frames;
+      if (on_frame && !on_frame(e.frame, e.codes)) {
+        refused = true;
+        result.stop = StopReason::Cancelled;
+        this->cancel(id);
       }
     }
-    backend_.synchronize();
-    timing_.backbone_s += now_s() - t2;
-    timing_.decode_weight_bytes += exec_.traffic.bytes - bytes0;
-  }
-  return result;
-}
-
-void Drama3Model::tower_frame(const GuidancePair& guide, std::vector<Branch>& br,
-                              const float* hnorm, const FrameSampler& sampler, int64_t frame,
-                              std::vector<int32_t>& codes) {
-  const int64_t K = config_.audio.num_codebooks, cs = config_.audio.codebook_size;
-  const int64_t H = backbone_->hidden(), Ht = tower_->hidden(), nb = guide.branches();
-  float* tx = scratch(kTowerX, 2 * nb * Ht);
-  float* tmp = scratch(kTowerTmp, 2 * nb * Ht);
-  float* logits = scratch(kTowerLogits, nb * cs);
-  float* combined = scratch(kTowerCombined, cs);
-  for (int64_t i = 1; i < K; ++i) {
-    for (const auto& group : guide.groups()) {
-      const int64_t g0 = group.front(), n = static_cast<int64_t>(group.size());
-      std::vector<Segment> segs;
-      std::vector<int64_t> head_rows;
-      if (i == 1) {
-        // Positions 0 (P(h)) and 1 (P(E0(c0))) of each branch run together.
-        tower_->project_hidden(exec_, hnorm + g0 * H, n, tmp);
-        std::vector<int32_t> books(n, 0), code(n, codes[0]);
-        tower_->project_codes(exec_, books, code, tmp + n * Ht);
-        for (int64_t j = 0; j < n; ++j) {
-          exec_.copy_rows(tmp + j * Ht, 1, Ht, tx + (2 * j) * Ht);
-          exec_.copy_rows(tmp + (n + j) * Ht, 1, Ht, tx + (2 * j + 1) * Ht);
-          segs.push_back({br[group[j]].tower_cache.get(), 2 * j, 2, 0});
-          head_rows.push_back(2 * j + 1);
-          tower_rows_[group[j]] += 2;
-        }
-        tower_->forward(exec_, tx, 2 * n, segs);
-      } else {
-        std::vector<int32_t> books(n, static_cast<int32_t>(i - 1)), code(n, codes[i - 1]);
-        tower_->project_codes(exec_, books, code, tx);
-        for (int64_t j = 0; j < n; ++j) {
-          segs.push_back({br[group[j]].tower_cache.get(), j, 1, i});
-          head_rows.push_back(j);
-          tower_rows_[group[j]] += 1;
-        }
-        tower_->forward(exec_, tx, n, segs);
-      }
-      tower_->head_logits(exec_, i, tx, head_rows, logits + g0 * cs);
-    }
-    codes[i] = sampler.draw(backend_, guide.combine(backend_, logits, cs, combined), cs, frame, i);
+    if (ended) return result;
   }
 }
 
@@ -298,37 +225,40 @@ TeacherForcedLogits Drama3Model::teacher_forced(const Prompt& prompt,
     throw Error("prompt and codes need " + std::to_string(rows) +
                 " positions, more than max_position_embeddings " +
                 std::to_string(config_.backbone.max_position_embeddings));
-  KvCache cache(backend_, config_.backbone.num_layers, rows, backbone_->stack().shape().kv_dim());
-  float* x = scratch(kX, rows * H);
-  backbone_->embed_prompt(exec_, prompt, x);
-  if (frames > 1) backbone_->embed_frames(exec_, codes, frames - 1, x + P * H);
-  const Segment seg{&cache, 0, rows, 0};
-  backbone_->forward(exec_, x, rows, {&seg, 1});
-  float* hn = scratch(kHnorm, frames * H);
-  float* l0 = scratch(kLogits0, frames * V0);
-  backbone_->final_norm(exec_, x + (P - 1) * H, frames, hn);
-  backbone_->codebook0_logits(exec_, hn, frames, l0);
+  KvPool cache(backend_, config_.backbone.num_layers, 1, rows, backbone_->stack().shape().kv_dim());
+  auto xb = backend_.alloc(static_cast<size_t>(rows * H) * sizeof(float));
+  float* x = xb->f32();
+  backbone_->embed_prompt(ws_, prompt, x);
+  if (frames > 1) backbone_->embed_frames(ws_, codes, frames - 1, x + P * H);
+  HostRowTables t;
+  for (int64_t i = 0; i < rows; ++i) t.add(cache, 0, i);
+  backbone_->forward(ws_, x, rows, t.upload(ws_), cache);
+  auto hb = backend_.alloc(static_cast<size_t>(frames * H) * sizeof(float));
+  auto lb = backend_.alloc(static_cast<size_t>(frames * V0) * sizeof(float));
+  float* hn = hb->f32();
+  backbone_->final_norm(ws_, x + (P - 1) * H, frames, hn);
+  backbone_->codebook0_logits(ws_, hn, frames, lb->f32());
   out.codebook0.resize(frames * V0);
-  backend_.download(out.codebook0.data(), l0, out.codebook0.size() * sizeof(float));
+  backend_.download(out.codebook0.data(), lb->f32(), out.codebook0.size() * sizeof(float));
 
   out.tower.resize(frames * (K - 1) * cs);
-  KvCache tcache(backend_, config_.tower.num_layers, K, tower_->kv_dim());
-  float* tx = scratch(kTowerX, K * Ht);
-  float* tl = scratch(kTowerLogits, cs);
+  KvPool tcache(backend_, config_.tower.num_layers, 1, K, tower_->kv_dim());
+  HostRowTables tt;
+  for (int64_t i = 0; i < K; ++i) tt.add(tcache, 0, i);
+  auto txb = backend_.alloc(static_cast<size_t>(K * Ht) * sizeof(float));
+  auto tlb = backend_.alloc(static_cast<size_t>(cs) * sizeof(float));
+  float* tx = txb->f32();
   for (int64_t t = 0; t < frames; ++t) {
-    tower_->project_hidden(exec_, hn + t * H, 1, tx);
-    std::vector<int32_t> books, code;
+    tower_->project_hidden(ws_, hn + t * H, 1, tx);
+    std::vector<int32_t> ids;
+    for (int64_t i = 1; i < K; ++i)
+      ids.push_back(static_cast<int32_t>((i - 1) * (cs + 1) + codes[t * K + i - 1]));
+    if (K > 1) tower_->project_codes(ws_, ws_.upload_i32(Buf::kIds, ids), K - 1, tx + Ht);
+    tower_->forward(ws_, tx, K, tt.upload(ws_), tcache);
     for (int64_t i = 1; i < K; ++i) {
-      books.push_back(static_cast<int32_t>(i - 1));
-      code.push_back(codes[t * K + i - 1]);
-    }
-    if (K > 1) tower_->project_codes(exec_, books, code, tx + Ht);
-    const Segment tseg{&tcache, 0, K, 0};
-    tower_->forward(exec_, tx, K, {&tseg, 1});
-    for (int64_t i = 1; i < K; ++i) {
-      const int64_t row = i;
-      tower_->head_logits(exec_, i, tx, {&row, 1}, tl);
-      backend_.download(out.tower.data() + (t * (K - 1) + i - 1) * cs, tl, cs * sizeof(float));
+      tower_->head_logits(ws_, i, tx + i * Ht, 1, tlb->f32());
+      backend_.download(out.tower.data() + (t * (K - 1) + i - 1) * cs, tlb->f32(),
+                        cs * sizeof(float));
     }
   }
   return out;

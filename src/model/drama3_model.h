@@ -1,6 +1,10 @@
-// The Drama-3 model on one backend (spec sections 1, 5, 6): prompt prefill, then one frame per
-// step (backbone -> codebook 0 -> tower -> codebooks 1..K-1) with a KV cache per guidance branch.
-// Written once against backend.h; every backend runs this same code.
+// The Drama-3 model on one backend (spec sections 1, 5, 6), serving up to `lanes` sessions at
+// once. One batched step advances every active session by one frame: the rows of all sessions
+// (one per guidance branch, plus the prompt rows of joining sessions, in bounded chunks) go
+// through the backbone together, each row attending to its own session's cache; then codebook 0,
+// the tower and codebooks 1..K-1 run once for all sessions, each codebook position sampled for
+// every session in one call. The only read back to the host per step is the frame's codes with
+// their non-finite flags. Written once against backend.h; every backend runs this same code.
 #pragma once
 
 #include <atomic>
@@ -12,23 +16,12 @@
 
 #include "format/checkpoint.h"
 #include "model/backbone.h"
-#include "model/exec.h"
-#include "model/frame_sampler.h"
-#include "model/guidance.h"
-#include "model/prompt.h"
+#include "model/kv_pool.h"
+#include "model/session.h"
 #include "model/tower.h"
+#include "model/workspace.h"
 
 namespace drama {
-
-struct GenerationOptions {
-  uint64_t seed = 0;
-  SamplingParams sampling;
-  float gamma = 1.0f;
-  CfgMode cfg = CfgMode::Paired;
-  int64_t max_frames = 750;  // the caller derives it from max_duration_s * frame_rate
-};
-
-enum class StopReason { Eos, MaxFrames, PositionLimit, Cancelled };
 
 struct GenerationResult {
   std::vector<int32_t> codes;  // [frames, K]
@@ -48,18 +41,33 @@ struct TeacherForcedLogits {
 struct StepTiming {
   double backbone_s = 0, tower_s = 0, prefill_s = 0;
   int64_t frames = 0;
-  uint64_t decode_weight_bytes = 0;  // weight bytes read by the per-frame steps (not prefill)
+  uint64_t decode_weight_bytes = 0;  // weight bytes read by steps that made frames
 };
 
 class Drama3Model {
  public:
-  Drama3Model(const Checkpoint& checkpoint, Backend& backend);
+  Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCapacity capacity = {});
   ~Drama3Model();
   const Drama3Config& config() const { return config_; }
   Backend& backend() { return backend_; }
+  const ModelCapacity& capacity() const { return capacity_; }
 
-  // cond: branch 0 prompt (the only one without a voice); uncond: the unconditional prompt when a
-  // voice guides (nullptr otherwise). Refuses a prompt longer than max_position_embeddings.
+  // --- sessions (call from one thread) ---
+  // Takes a free lane for a new session; it starts at the next step. Refuses (drama::Error) a
+  // prompt longer than max_position_embeddings, an empty one, or a full model.
+  uint64_t join(SessionSpec spec);
+  // The session ends at the next step (StopReason::Cancelled), without disturbing the others.
+  void cancel(uint64_t session);
+  // A held session is not advanced (its consumer is behind); it resumes where it was.
+  void hold(uint64_t session, bool held);
+  // Advances every active, unheld session by one step; the events are in session order.
+  std::vector<StepEvent> step();
+  int64_t active_sessions() const;
+  int64_t free_lanes() const { return capacity_.lanes - active_sessions(); }
+
+  // One session alone, start to end (`drama say`, tests): join, then step until it ends.
+  // cond: branch 0 prompt; uncond: the unconditional prompt when a voice guides (nullptr
+  // otherwise). Runs only while no other session is active.
   GenerationResult generate(const Prompt& cond, const Prompt* uncond,
                             const GenerationOptions& options, const FrameCallback& on_frame,
                             const std::atomic<bool>* cancel = nullptr);
@@ -75,26 +83,38 @@ class Drama3Model {
   // Backbone rows run per branch (0 = conditional/only, 1 = unconditional) since construction.
   int64_t backbone_rows(int64_t branch) const { return backbone_rows_[branch]; }
   int64_t tower_rows(int64_t branch) const { return tower_rows_[branch]; }
+  const StepCounters& counters() const { return counters_; }
   const StepTiming& timing() const { return timing_; }
   void reset_timing() { timing_ = StepTiming{}; }
-  Exec& exec() { return exec_; }
+  Workspace& workspace() { return ws_; }
 
  private:
-  struct Branch;
+  struct Lane;
+  struct Plan;
   void check_prompt(const Prompt& p, const char* which) const;
-  void tower_frame(const GuidancePair& guide, std::vector<Branch>& branches, const float* hnorm,
-                   const FrameSampler& sampler, int64_t frame, std::vector<int32_t>& codes);
-  float* scratch(size_t which, size_t floats);
+  void finish(Lane& lane, StopReason stop, std::vector<StepEvent>& events,
+              const std::string& error = {});
+  Lane* find(uint64_t session);
+  void run_backbone(const Plan& plan);
+  void run_heads(const Plan& plan);
 
   Backend& backend_;
   const Drama3Config& config_;
+  const ModelCapacity capacity_;
   ModelWeights resident_;
-  Exec exec_;
+  Workspace ws_;
   std::unique_ptr<Backbone> backbone_;
   std::unique_ptr<Tower> tower_;
-  std::vector<std::unique_ptr<DeviceBuffer>> scratch_;
+  // Fixed at load: caches for two branches per lane, the step's device buffers.
+  std::unique_ptr<KvPool> backbone_cache_, tower_cache_;
+  std::unique_ptr<DeviceBuffer> plan_buf_, x_buf_, last_buf_, head_buf_, hnorm_buf_, logits_buf_,
+      combined_buf_, tower_x_buf_, ids_buf_, codes_buf_, lane_codes_buf_;
+  size_t plan_capacity_ = 0;
+  std::vector<Lane> lanes_;
+  uint64_t next_session_ = 1;
   int64_t backbone_rows_[2] = {0, 0};
   int64_t tower_rows_[2] = {0, 0};
+  StepCounters counters_;
   StepTiming timing_;
 };
 

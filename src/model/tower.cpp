@@ -1,5 +1,6 @@
 #include "model/tower.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace drama {
@@ -12,30 +13,30 @@ Tower::Tower(Backend& backend, const Drama3Config& config, const ModelWeights& w
       heads_(w.tower_heads),
       stack_(backend, transformer_shape(config.tower), w.tower, nullptr) {}
 
-void Tower::project_hidden(Exec& exec, const float* h, int64_t rows, float* x) const {
-  exec.linear(input_proj_, h, rows, x);
+void Tower::project_hidden(Workspace& ws, const float* h, int64_t rows, float* x) const {
+  ws.linear(input_proj_, h, rows, x);
 }
 
-void Tower::project_codes(Exec& exec, std::span<const int32_t> codebooks,
-                          std::span<const int32_t> codes, float* x) const {
-  const int64_t n = static_cast<int64_t>(codes.size());
-  const int64_t stride = config_.audio.codebook_size + 1;
-  std::vector<int32_t> ids(codes.size());
-  for (int64_t r = 0; r < n; ++r) ids[r] = static_cast<int32_t>(codebooks[r] * stride + codes[r]);
-  const int32_t* dev = exec.upload_i32(Slot::kIds, ids);
+void Tower::project_codes(Workspace& ws, const int32_t* ids, int64_t rows, float* x) const {
   const int64_t H = config_.backbone.hidden_size;
-  float* e = exec.f32(Slot::kGatherIn, n * H);
-  exec.backend().embed_sum(audio_embed_, H, dev, n, 1, e);
-  exec.linear(input_proj_, e, n, x);
+  float* e = ws.f32(Buf::kEmbedded, rows * H);
+  ws.backend().embed_sum(audio_embed_, H, ids, rows, 1, e);
+  ws.linear(input_proj_, e, rows, x);
 }
 
-void Tower::head_logits(Exec& exec, int64_t codebook, const float* x, std::span<const int64_t> rows,
+void Tower::head_logits(Workspace& ws, int64_t codebook, const float* x, int64_t rows,
                         float* logits) const {
-  const int64_t Ht = hidden(), n = static_cast<int64_t>(rows.size());
-  float* sel = exec.f32(Slot::kGatherOut, n * Ht);
-  for (int64_t i = 0; i < n; ++i) exec.copy_rows(x + rows[i] * Ht, 1, Ht, sel + i * Ht);
-  exec.backend().rms_norm(sel, norm_, n, Ht, stack_.shape().eps, sel);
-  exec.linear(heads_[codebook - 1], sel, n, logits);
+  const int64_t Ht = hidden();
+  float* h = ws.f32(Buf::kHeadRows, rows * Ht);
+  ws.backend().rms_norm(x, norm_, rows, Ht, stack_.shape().eps, h);
+  ws.linear(heads_[codebook - 1], h, rows, logits);
+}
+
+void Tower::reserve(Workspace& ws, int64_t rows) const {
+  const size_t r = static_cast<size_t>(std::max<int64_t>(rows, 1)), f = sizeof(float);
+  ws.reserve(Buf::kEmbedded, r * static_cast<size_t>(config_.backbone.hidden_size) * f);
+  ws.reserve(Buf::kHeadRows, r * static_cast<size_t>(hidden()) * f);
+  stack_.reserve(ws, rows);
 }
 
 }  // namespace drama

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -18,16 +17,18 @@ class Tower {
   Tower(Backend& backend, const Drama3Config& config, const ModelWeights& w);
 
   // x [rows, Ht] = input_proj(h) for backbone hidden states h [rows, H] (after the final norm).
-  void project_hidden(Exec& exec, const float* h, int64_t rows, float* x) const;
-  // x [rows, Ht] = input_proj(E_{codebook[r]}(code[r])).
-  void project_codes(Exec& exec, std::span<const int32_t> codebooks, std::span<const int32_t> codes,
-                     float* x) const;
-  void forward(Exec& exec, float* x, int64_t rows, std::span<const Segment> segments) {
-    stack_.forward(exec, x, rows, segments);
+  void project_hidden(Workspace& ws, const float* h, int64_t rows, float* x) const;
+  // x [rows, Ht] = input_proj(audio_embed[ids[r]]) for device ids already offset by
+  // codebook * (codebook_size + 1).
+  void project_codes(Workspace& ws, const int32_t* ids, int64_t rows, float* x) const;
+  void forward(Workspace& ws, float* x, int64_t rows, const RowTables& t, KvPool& cache) {
+    stack_.forward(ws, x, rows, t, cache);
   }
-  // logits [rows.size(), codebook_size] = heads[codebook - 1](norm(x[rows[i]])).
-  void head_logits(Exec& exec, int64_t codebook, const float* x, std::span<const int64_t> rows,
+  // logits [rows, codebook_size] = heads[codebook - 1](norm(x[r])) over rows contiguous rows.
+  void head_logits(Workspace& ws, int64_t codebook, const float* x, int64_t rows,
                    float* logits) const;
+  // Reserves the workspace for a frame of up to `rows` tower rows.
+  void reserve(Workspace& ws, int64_t rows) const;
 
   int64_t hidden() const { return stack_.shape().hidden; }
   int64_t num_layers() { return stack_.num_layers(); }

@@ -1,8 +1,8 @@
 #include "model/transformer.h"
 
-#include "model/moe.h"
+#include <algorithm>
 
-#include <vector>
+#include "model/moe.h"
 
 namespace drama {
 
@@ -17,60 +17,60 @@ TransformerShape transformer_shape(const TransformerConfig& c) {
   return s;
 }
 
-int32_t* upload_positions(Exec& exec, std::span<const Segment> segments) {
-  std::vector<int32_t> pos;
-  for (const Segment& seg : segments)
-    for (int64_t i = 0; i < seg.rows; ++i) pos.push_back(static_cast<int32_t>(seg.position0 + i));
-  return exec.upload_i32(Slot::kPositions, pos);
+void HostRowTables::add(const KvPool& pool, int64_t slot, int64_t position) {
+  positions.push_back(static_cast<int32_t>(position));
+  cache_row0.push_back(static_cast<int32_t>(pool.row0(slot)));
+  kv_row.push_back(static_cast<int32_t>(pool.row0(slot) + position));
 }
 
-void attention_sublayer(Exec& exec, const TransformerShape& s, const LayerWeights& w, int64_t layer,
-                        float* x, int64_t rows, const int32_t* positions,
-                        std::span<const Segment> segments) {
-  Backend& be = exec.backend();
+RowTables HostRowTables::upload(Workspace& ws) const {
+  std::vector<int32_t> all(positions);
+  all.insert(all.end(), cache_row0.begin(), cache_row0.end());
+  all.insert(all.end(), kv_row.begin(), kv_row.end());
+  const int32_t* p = ws.upload_i32(Buf::kPositions, all);
+  const size_t n = positions.size();
+  return {p, p + n, p + 2 * n};
+}
+
+void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWeights& w,
+                        int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache) {
+  Backend& be = ws.backend();
   const int64_t H = s.hidden, qd = s.q_dim(), kvd = s.kv_dim();
-  float* xn = exec.f32(Slot::kNormed, rows * H);
-  float* q = exec.f32(Slot::kQ, rows * qd);
-  float* k = exec.f32(Slot::kK, rows * kvd);
-  float* v = exec.f32(Slot::kV, rows * kvd);
-  float* att = exec.f32(Slot::kAttnOut, rows * qd);
-  float* proj = exec.f32(Slot::kProj, rows * H);
+  float* xn = ws.f32(Buf::kNormed, rows * H);
+  float* q = ws.f32(Buf::kQ, rows * qd);
+  float* k = ws.f32(Buf::kK, rows * kvd);
+  float* v = ws.f32(Buf::kV, rows * kvd);
+  float* att = ws.f32(Buf::kAttnOut, rows * qd);
+  float* proj = ws.f32(Buf::kProj, rows * H);
 
   be.rms_norm(x, w.input_norm, rows, H, s.eps, xn);
-  exec.linear(w.attn.q, xn, rows, q);
-  exec.linear(w.attn.k, xn, rows, k);
-  exec.linear(w.attn.v, xn, rows, v);
+  ws.linear(w.attn.q, xn, rows, q);
+  ws.linear(w.attn.k, xn, rows, k);
+  ws.linear(w.attn.v, xn, rows, v);
   // QK-norm is an RMS norm over each head's head_dim values.
   be.rms_norm(q, w.attn.q_norm, rows * s.heads, s.head_dim, s.eps, q);
   be.rms_norm(k, w.attn.k_norm, rows * s.kv_heads, s.head_dim, s.eps, k);
-  be.rope(q, rows, s.heads, s.head_dim, positions, s.theta);
-  be.rope(k, rows, s.kv_heads, s.head_dim, positions, s.theta);
-  for (const Segment& seg : segments) {
-    KvCache& c = *seg.cache;
-    exec.copy_rows(k + seg.row0 * kvd, seg.rows, kvd, c.k(layer) + seg.position0 * kvd);
-    exec.copy_rows(v + seg.row0 * kvd, seg.rows, kvd, c.v(layer) + seg.position0 * kvd);
-    be.attention(q + seg.row0 * qd, seg.rows, positions + seg.row0, c.k(layer), c.v(layer), s.heads,
-                 s.kv_heads, s.head_dim, 0, att + seg.row0 * qd);
-  }
-  exec.linear(w.attn.o, att, rows, proj);
+  be.rope(q, rows, s.heads, s.head_dim, t.positions, s.theta);
+  be.rope(k, rows, s.kv_heads, s.head_dim, t.positions, s.theta);
+  be.copy_rows(k, nullptr, cache.k(layer), t.kv_row, rows, kvd);
+  be.copy_rows(v, nullptr, cache.v(layer), t.kv_row, rows, kvd);
+  be.attention(q, rows, t.positions, t.cache_row0, cache.k(layer), cache.v(layer), s.heads,
+               s.kv_heads, s.head_dim, 0, att);
+  ws.linear(w.attn.o, att, rows, proj);
   be.add(proj, rows * H, x);
 }
 
-void swiglu_mlp(Exec& exec, const MlpWeights& w, const float* xn, int64_t rows, float* out,
-                Slot gate_slot, Slot up_slot, Slot act_slot) {
+void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t rows, float* out,
+                Buf gate_buf, Buf up_buf, Buf act_buf) {
   const int64_t inter = w.gate.out;
-  float* g = exec.f32(gate_slot, rows * inter);
-  float* u = exec.f32(up_slot, rows * inter);
-  float* a = exec.f32(act_slot, rows * inter);
-  exec.linear(w.gate, xn, rows, g);
-  exec.linear(w.up, xn, rows, u);
-  exec.backend().swiglu(g, u, rows * inter, a);
-  exec.linear(w.down, a, rows, out);
+  float* g = ws.f32(gate_buf, rows * inter);
+  float* u = ws.f32(up_buf, rows * inter);
+  float* a = ws.f32(act_buf, rows * inter);
+  ws.linear(w.gate, xn, rows, g);
+  ws.linear(w.up, xn, rows, u);
+  ws.backend().swiglu(g, u, rows * inter, a);
+  ws.linear(w.down, a, rows, out);
 }
-
-}  // namespace drama
-
-namespace drama {
 
 LayerStack::LayerStack(Backend& backend, const TransformerShape& shape,
                        std::vector<LayerWeights> layers, const MoeConfig* moe)
@@ -81,21 +81,41 @@ LayerStack::LayerStack(Backend& backend, const TransformerShape& shape,
 
 LayerStack::~LayerStack() = default;
 
-void LayerStack::forward(Exec& exec, float* x, int64_t rows, std::span<const Segment> segments) {
-  Backend& be = exec.backend();
+void LayerStack::forward(Workspace& ws, float* x, int64_t rows, const RowTables& t, KvPool& cache) {
+  if (rows <= 0) return;
+  Backend& be = ws.backend();
   const int64_t H = shape_.hidden;
-  const int32_t* positions = upload_positions(exec, segments);
   for (int64_t l = 0; l < num_layers(); ++l) {
     const LayerWeights& w = layers_[l];
-    attention_sublayer(exec, shape_, w, l, x, rows, positions, segments);
-    float* xn = exec.f32(Slot::kNormed, rows * H);
-    float* out = exec.f32(Slot::kMlpOut, rows * H);
+    attention_sublayer(ws, shape_, w, l, x, rows, t, cache);
+    float* xn = ws.f32(Buf::kNormed, rows * H);
+    float* out = ws.f32(Buf::kMlpOut, rows * H);
     be.rms_norm(x, w.post_attn_norm, rows, H, shape_.eps, xn);
     if (moe_[l])
-      moe_[l]->forward(exec, xn, rows, H, out);
+      moe_[l]->forward(ws, xn, rows, H, out);
     else
-      swiglu_mlp(exec, w.mlp, xn, rows, out, Slot::kGate, Slot::kUp, Slot::kAct);
+      swiglu_mlp(ws, w.mlp, xn, rows, out, Buf::kGate, Buf::kUp, Buf::kAct);
     be.add(out, rows * H, x);
+  }
+}
+
+void LayerStack::reserve(Workspace& ws, int64_t rows) const {
+  const size_t r = static_cast<size_t>(std::max<int64_t>(rows, 1)), f = sizeof(float);
+  const size_t H = shape_.hidden, qd = shape_.q_dim(), kvd = shape_.kv_dim();
+  ws.reserve(Buf::kNormed, r * H * f);
+  ws.reserve(Buf::kQ, r * qd * f);
+  ws.reserve(Buf::kK, r * kvd * f);
+  ws.reserve(Buf::kV, r * kvd * f);
+  ws.reserve(Buf::kAttnOut, r * qd * f);
+  ws.reserve(Buf::kProj, r * H * f);
+  ws.reserve(Buf::kMlpOut, r * H * f);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (moe_[l]) {
+      moe_[l]->reserve(ws, rows, shape_.hidden);
+    } else {
+      const size_t inter = layers_[l].mlp.gate.out;
+      for (Buf b : {Buf::kGate, Buf::kUp, Buf::kAct}) ws.reserve(b, r * inter * f);
+    }
   }
 }
 

@@ -1,22 +1,25 @@
 // Pieces shared by the backbone and the tower (spec section 1): pre-norm GQA attention with
-// per-head RMS QK-norm and rotate-half RoPE over per-sequence KV caches, and the SwiGLU MLP.
+// per-head RMS QK-norm and rotate-half RoPE over pooled KV caches, the SwiGLU MLP, and the layer
+// stack built from them.
 //
-// A call processes `rows` activation rows made of segments: each segment is consecutive positions
-// of ONE sequence (a guidance branch) with its own KV cache. Linears run over all rows at once
-// (each weight read once for the whole batch); attention runs per segment on its own cache.
+// A call processes `rows` activation rows of any mix of sequences: each row carries its position
+// and its sequence's cache (RowTables, device memory). Linears run over all rows at once (each
+// weight read once for the whole batch); attention runs once per layer over every row, each row
+// attending only to its own sequence's cache.
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "format/checkpoint.h"
 #include "format/config.h"
-#include "model/exec.h"
-#include "model/kv_cache.h"
+#include "model/kv_pool.h"
+#include "model/workspace.h"
 
 namespace drama {
+
+class MoeBlock;
 
 struct TransformerShape {
   int64_t hidden = 0, heads = 0, kv_heads = 0, head_dim = 0;
@@ -28,31 +31,30 @@ struct TransformerShape {
 
 TransformerShape transformer_shape(const TransformerConfig& c);
 
-struct Segment {
-  KvCache* cache = nullptr;
-  int64_t row0 = 0;  // first row of the segment in the batch
-  int64_t rows = 0;
-  int64_t position0 = 0;  // position of its first row; rows hold position0, position0 + 1, ...
+// Per-row tables (device pointers, each [rows]): the row's position, the first cache row of its
+// sequence (KvPool::row0) and the cache row its key and value are written to (row0 + position).
+struct RowTables {
+  const int32_t* positions = nullptr;
+  const int32_t* cache_row0 = nullptr;
+  const int32_t* kv_row = nullptr;
 };
 
-// Uploads the positions of every row of `segments` (rows in segment order) and returns them.
-int32_t* upload_positions(Exec& exec, std::span<const Segment> segments);
+// Host-side builder of RowTables for one sequence in `slot` at positions position0.. (tests,
+// teacher forcing); upload() puts them into the workspace.
+struct HostRowTables {
+  std::vector<int32_t> positions, cache_row0, kv_row;
+  void add(const KvPool& pool, int64_t slot, int64_t position);
+  RowTables upload(Workspace& ws) const;
+};
 
-// x += o_proj(attention(qk_norm_rope(q/k/v_proj(rms_norm(x))))) for layer `layer`; writes the
-// new keys and values of every segment into its cache at its positions.
-void attention_sublayer(Exec& exec, const TransformerShape& s, const LayerWeights& w, int64_t layer,
-                        float* x, int64_t rows, const int32_t* positions,
-                        std::span<const Segment> segments);
+// x += o_proj(attention(qk_norm_rope(q/k/v_proj(rms_norm(x))))) for layer `layer`; writes every
+// row's key and value into `cache` at its kv_row first.
+void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWeights& w,
+                        int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache);
 
 // out = down(silu(gate(xn)) * up(xn)) over rows.
-void swiglu_mlp(Exec& exec, const MlpWeights& w, const float* xn, int64_t rows, float* out,
-                Slot gate_slot, Slot up_slot, Slot act_slot);
-
-}  // namespace drama
-
-namespace drama {
-
-class MoeBlock;
+void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t rows, float* out,
+                Buf gate_buf, Buf up_buf, Buf act_buf);
 
 // A stack of pre-norm layers: attention then a dense SwiGLU MLP or a MoE block.
 class LayerStack {
@@ -62,7 +64,9 @@ class LayerStack {
              const MoeConfig* moe);
   ~LayerStack();
   // x [rows, hidden] in place through every layer.
-  void forward(Exec& exec, float* x, int64_t rows, std::span<const Segment> segments);
+  void forward(Workspace& ws, float* x, int64_t rows, const RowTables& t, KvPool& cache);
+  // Reserves the workspace for calls of up to `rows` rows.
+  void reserve(Workspace& ws, int64_t rows) const;
   const TransformerShape& shape() const { return shape_; }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   MoeBlock* moe(int64_t layer) { return moe_[layer].get(); }

@@ -79,18 +79,39 @@ TEST(CpuMoe, ExpertCombineInRankOrder) {
     }
 }
 
+// One row through the batched kernels (Backend::sample_rows, guidance_combine).
+int32_t sample(Backend& be, const float* logits, int64_t vocab, const SamplingParams& p,
+               uint64_t seed, uint64_t frame, uint64_t codebook) {
+  const SampleRow row{p.temperature, p.top_k, p.top_p, 0, seed, frame};
+  int32_t id = -1, flag = 0;
+  be.sample_rows(logits, vocab, &row, 1, static_cast<int64_t>(codebook), &id, &flag, 1);
+  EXPECT_EQ(flag, 0);
+  return id;
+}
+
+bool has_non_finite(Backend& be, const float* x, int64_t n) {
+  const SampleRow greedy{0.0f, 0, 1.0f, 0, 0, 0};
+  int32_t id = -1, flag = 0;
+  be.sample_rows(x, n, &greedy, 1, 4, &id, &flag, 1);
+  if (flag != 0) {
+    EXPECT_EQ(flag, 5);  // codebook + 1
+  }
+  return flag != 0;
+}
+
 TEST(CpuGuidance, CombineAndNonFinite) {
   cpu::CpuBackend be(1, cpu::Isa::Scalar);
-  const std::vector<float> c = {1.0f, 2.0f, -1.0f}, u = {0.5f, 2.0f, 1.0f};
+  const std::vector<float> cu = {1.0f, 2.0f, -1.0f, 0.5f, 2.0f, 1.0f};  // cond row, uncond row
   std::vector<float> out(3);
-  be.guidance_combine(c.data(), u.data(), 3, 1.5f, out.data());
+  const GuidanceRow row{0, 1, 1.5f};
+  be.guidance_combine(cu.data(), 3, &row, 1, out.data());
   EXPECT_EQ(out, (std::vector<float>{1.25f, 2.0f, -2.0f}));
-  EXPECT_FALSE(be.has_non_finite(out.data(), 3));
+  EXPECT_FALSE(has_non_finite(be, out.data(), 3));
   out[1] = NAN;
-  EXPECT_TRUE(be.has_non_finite(out.data(), 3));
+  EXPECT_TRUE(has_non_finite(be, out.data(), 3));
   out[1] = -INFINITY;
-  EXPECT_TRUE(be.has_non_finite(out.data(), 3));
-  EXPECT_FALSE(be.has_non_finite(out.data(), 1));
+  EXPECT_TRUE(has_non_finite(be, out.data(), 3));
+  EXPECT_FALSE(has_non_finite(be, out.data(), 1));
 }
 
 TEST(CpuSampling, GreedyTopKOneAndSeeds) {
@@ -99,17 +120,17 @@ TEST(CpuSampling, GreedyTopKOneAndSeeds) {
   const int32_t argmax =
       static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   cpu::CpuBackend be(2, cpu::Isa::Scalar);
-  EXPECT_EQ(be.sample(logits.data(), 2049, {0.0f, 50, 1.0f}, 1, 2, 3), argmax);
+  EXPECT_EQ(sample(be, logits.data(), 2049, {0.0f, 50, 1.0f}, 1, 2, 3), argmax);
   for (uint64_t seed = 0; seed < 5; ++seed)
-    EXPECT_EQ(be.sample(logits.data(), 2049, {1.0f, 1, 1.0f}, seed, 0, 0), argmax);
+    EXPECT_EQ(sample(be, logits.data(), 2049, {1.0f, 1, 1.0f}, seed, 0, 0), argmax);
   // Ties under temperature 0 go to the lower id.
   std::vector<float> tie = {0.0f, 3.0f, 3.0f};
-  EXPECT_EQ(be.sample(tie.data(), 3, {0.0f, 0, 1.0f}, 0, 0, 0), 1);
+  EXPECT_EQ(sample(be, tie.data(), 3, {0.0f, 0, 1.0f}, 0, 0, 0), 1);
   // The same keys give the same draw; it equals util's sampler with counter_uniform.
   const SamplingParams p{0.9f, 50, 0.95f};
   for (uint64_t frame = 0; frame < 20; ++frame) {
-    const int32_t a = be.sample(logits.data(), 2049, p, 42, frame, 1);
-    EXPECT_EQ(a, be.sample(logits.data(), 2049, p, 42, frame, 1));
+    const int32_t a = sample(be, logits.data(), 2049, p, 42, frame, 1);
+    EXPECT_EQ(a, sample(be, logits.data(), 2049, p, 42, frame, 1));
     EXPECT_EQ(
         a, sample_logits(logits, p.temperature, p.top_k, p.top_p, counter_uniform(42, frame, 1)));
   }

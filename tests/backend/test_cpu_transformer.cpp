@@ -87,7 +87,7 @@ TEST(CpuTransformer, AttentionWindowsAndGroups) {
     for (int threads : {1, 2, 3, 4}) {
       std::vector<float> out(rows * nh * hd, NAN);
       cpu::CpuBackend(threads, cpu::Isa::Scalar, 0.0)
-          .attention(q.data(), rows, pos.data(), k.data(), v.data(), nh, nkv, hd, window,
+          .attention(q.data(), rows, pos.data(), nullptr, k.data(), v.data(), nh, nkv, hd, window,
                      out.data());
       if (first.empty()) first = out;
       ASSERT_TRUE(bitwise_equal(out.data(), first.data(), out.size())) << threads;
@@ -95,7 +95,7 @@ TEST(CpuTransformer, AttentionWindowsAndGroups) {
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<float> alone(nh * hd);
       cpu::CpuBackend(1, cpu::Isa::Scalar)
-          .attention(&q[r * nh * hd], 1, &pos[r], k.data(), v.data(), nh, nkv, hd, window,
+          .attention(&q[r * nh * hd], 1, &pos[r], nullptr, k.data(), v.data(), nh, nkv, hd, window,
                      alone.data());
       ASSERT_TRUE(bitwise_equal(alone.data(), &first[r * nh * hd], alone.size()));
       for (int64_t h = 0; h < nh; ++h) {

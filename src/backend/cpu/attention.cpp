@@ -1,4 +1,4 @@
-// Grouped-query attention over one sequence's KV cache (spec section 1). Work is split by
+// Grouped-query attention over per-row KV caches (spec section 1). Work is split by
 // (row, head): each output vector is computed by one thread with scores (each a fixed-order
 // vectorised dot product), a max-subtracted float32 softmax and the weighted sum of values, all in
 // increasing cache position order.
@@ -53,8 +53,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void attend_one(
 }  // namespace
 
 void CpuBackend::attention(const float* q, int64_t rows, const int32_t* positions,
-                           const float* k_cache, const float* v_cache, int64_t n_heads,
-                           int64_t n_kv_heads, int64_t head_dim, int64_t window, float* out) {
+                           const int32_t* cache_row0, const float* k_cache, const float* v_cache,
+                           int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t window,
+                           float* out) {
   const int64_t group = n_heads / n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t kv_stride = n_kv_heads * head_dim;
@@ -70,9 +71,10 @@ void CpuBackend::attention(const float* q, int64_t rows, const int32_t* position
       const int64_t r = t / n_heads, h = t % n_heads, kvh = h / group;
       const int64_t last = positions[r];
       const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
+      const int64_t base = (cache_row0 ? cache_row0[r] : 0) * kv_stride + kvh * head_dim;
       p.resize(last - first + 1);
-      attend_one(q + t * head_dim, k_cache + kvh * head_dim, v_cache + kvh * head_dim, kv_stride,
-                 head_dim, first, last, scale, p.data(), out + t * head_dim);
+      attend_one(q + t * head_dim, k_cache + base, v_cache + base, kv_stride, head_dim, first, last,
+                 scale, p.data(), out + t * head_dim);
     }
   });
 }

@@ -1,5 +1,6 @@
 #include "backend/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -46,16 +47,48 @@ std::string CpuBackend::name() const {
          (threads() == 1 ? " thread)" : " threads)");
 }
 
-std::unique_ptr<DeviceBuffer> CpuBackend::alloc(size_t bytes) {
+std::unique_ptr<DeviceBuffer> CpuBackend::alloc_impl(size_t bytes) {
   return std::make_unique<HostBuffer>(bytes);
 }
 
-void CpuBackend::upload(void* dst, const void* src, size_t bytes) {
+void CpuBackend::upload_impl(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
-void CpuBackend::download(void* dst, const void* src, size_t bytes) {
+void CpuBackend::download_impl(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void CpuBackend::copy_2d(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+                         int64_t src_col_stride, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* d = dst + r * dst_stride;
+    const float* s = src + r * src_stride;
+    if (src_col_stride == 1) {
+      std::memcpy(d, s, static_cast<size_t>(cols) * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < cols; ++c) d[c] = s[c * src_col_stride];
+    }
+  }
+}
+
+void CpuBackend::fill(float* dst, int64_t stride, int64_t rows, int64_t cols, float value) {
+  for (int64_t r = 0; r < rows; ++r) std::fill(dst + r * stride, dst + r * stride + cols, value);
+}
+
+void CpuBackend::copy_rows(const float* src, const int32_t* src_row, float* dst,
+                           const int32_t* dst_row, int64_t n, int64_t dim) {
+  const size_t bytes = static_cast<size_t>(dim) * sizeof(float);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = src_row ? src_row[i] : i, d = dst_row ? dst_row[i] : i;
+    std::memcpy(dst + d * dim, src + s * dim, bytes);
+  }
+}
+
+void CpuBackend::gather_ids(const int32_t* src, const int32_t* index, const int32_t* offset,
+                            int64_t n, int32_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = src[index[i]] + offset[i];
 }
 
 void CpuBackend::elementwise(int64_t n, const ThreadPool::Range& fn) {

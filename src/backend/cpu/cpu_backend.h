@@ -24,12 +24,18 @@ class CpuBackend final : public Backend {
   int threads() const { return pool_.threads(); }
 
   std::string name() const override;
-  std::unique_ptr<DeviceBuffer> alloc(size_t bytes) override;
-  void upload(void* dst, const void* src, size_t bytes) override;
-  void download(void* dst, const void* src, size_t bytes) override;
+  bool supports(const std::string&) const override { return true; }  // every kernel
   LinearWeight resident(const LinearWeight& host) override { return host; }
   const void* resident_bytes(const void* host, size_t) override { return host; }
   void synchronize() override {}
+
+  void copy_2d(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
+               int64_t src_col_stride, int64_t rows, int64_t cols) override;
+  void fill(float* dst, int64_t stride, int64_t rows, int64_t cols, float value) override;
+  void copy_rows(const float* src, const int32_t* src_row, float* dst, const int32_t* dst_row,
+                 int64_t n, int64_t dim) override;
+  void gather_ids(const int32_t* src, const int32_t* index, const int32_t* offset, int64_t n,
+                  int32_t* dst) override;
 
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) override;
   void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) override;
@@ -40,23 +46,26 @@ class CpuBackend final : public Backend {
                 float* y) override;
   void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const int32_t* positions,
             float theta) override;
-  void attention(const float* q, int64_t rows, const int32_t* positions, const float* k_cache,
-                 const float* v_cache, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                 int64_t window, float* out) override;
+  void attention(const float* q, int64_t rows, const int32_t* positions, const int32_t* cache_row0,
+                 const float* k_cache, const float* v_cache, int64_t n_heads, int64_t n_kv_heads,
+                 int64_t head_dim, int64_t window, float* out) override;
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override;
   void add(const float* x, int64_t n, float* y) override;
+  void sigmoid(const float* x, int64_t n, float* y) override;
 
   void route_topk(const float* logits, int64_t rows, int64_t logit_stride,
                   const int32_t* logit_column, const int32_t* original_id, int64_t n_stored,
                   int64_t k, bool norm_topk, int32_t* expert_index, float* weight) override;
+  void moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x, int64_t rows,
+                   int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
+                   float* out, float* workspace) override;
   void expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                       int64_t dim, float* y) override;
 
-  void guidance_combine(const float* cond, const float* uncond, int64_t n, float gamma,
+  void guidance_combine(const float* logits, int64_t vocab, const GuidanceRow* rows, int64_t n,
                         float* out) override;
-  int32_t sample(const float* logits, int64_t vocab, const SamplingParams& params, uint64_t seed,
-                 uint64_t frame, uint64_t codebook) override;
-  bool has_non_finite(const float* x, int64_t n) override;
+  void sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
+                   int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride) override;
 
   void conv1d(const float* x, int64_t in_ch, int64_t len, const float* w, const float* bias,
               int64_t out_ch, int64_t kernel, int64_t stride, int64_t dilation, int64_t groups,
@@ -73,6 +82,11 @@ class CpuBackend final : public Backend {
                  float* out) override;
   void vq_encode(const float* codebook, int64_t size, int64_t dim, const float* x, int64_t n,
                  int32_t* codes) override;
+
+ protected:
+  std::unique_ptr<DeviceBuffer> alloc_impl(size_t bytes) override;
+  void upload_impl(void* dst, const void* src, size_t bytes) override;
+  void download_impl(void* dst, const void* src, size_t bytes) override;
 
  private:
   // Elementwise kernels split [0, n) in chunks of this many elements.

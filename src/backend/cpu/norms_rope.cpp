@@ -74,6 +74,12 @@ void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* ou
   });
 }
 
+void CpuBackend::sigmoid(const float* x, int64_t n, float* y) {
+  elementwise(n, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+  });
+}
+
 void CpuBackend::add(const float* x, int64_t n, float* y) {
   elementwise(n, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) y[i] += x[i];
