@@ -77,12 +77,14 @@ std::string espeak_ipa(const std::string& text, const std::string& language) {
     espeak_language = language;
   }
   std::string out;
-  const char* const begin = text.c_str();
+  // espeak-ng reads a C string: the text ends at its first NUL byte (the reference does the same).
+  const std::string clean = text.substr(0, text.find('\0'));
+  const char* const begin = clean.c_str();
   const void* cursor = begin;
   while (cursor != nullptr) {
     const char* before = static_cast<const char*>(cursor);
     const char* phonemes = espeak_TextToPhonemes(&cursor, espeakCHARS_UTF8, espeakPHONEMES_IPA);
-    const char* after = cursor ? static_cast<const char*>(cursor) : begin + text.size();
+    const char* after = cursor ? static_cast<const char*>(cursor) : begin + clean.size();
     std::string clause = phonemes ? phonemes : "";
     while (!clause.empty() && clause.back() == ' ') clause.pop_back();
     while (!clause.empty() && clause.front() == ' ') clause.erase(clause.begin());

@@ -32,6 +32,7 @@ const std::vector<std::string> kTexts = {
     "   ",
     "...",
     "NASA and the FBI met in 1999 (really?)",
+    std::string("Up to a NUL\0 and never beyond it.", 34),  // both read a C string
 };
 
 Drama3Config espeak_config() {
@@ -87,6 +88,12 @@ TEST(TextFrontend, EspeakIpaIsDeterministicAcrossThreads) {
     });
   for (auto& t : threads) t.join();
   for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
+}
+
+TEST(TextFrontend, InvalidUtf8GivesTheSameTokensTwice) {
+  if (!espeak_ipa_available()) GTEST_SKIP() << "built without libespeak-ng";
+  const std::string text = "Broken \xff\xfe bytes, then words.";
+  EXPECT_EQ(espeak_ipa(text, "en-us"), espeak_ipa(text, "en-us"));
 }
 
 TEST(TextFrontend, UnknownLanguageIsOneClearError) {

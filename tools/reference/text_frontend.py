@@ -60,7 +60,7 @@ def espeak_ipa(text, language="en-us"):
                 _state["language"] = None
                 raise ValueError(f"text.language \"{language}\": espeak-ng has no such voice")
             _state["language"] = language
-        data = text.encode("utf-8")
+        data = text.encode("utf-8").split(b"\0")[0]  # espeak-ng reads a C string
         buffer = ctypes.create_string_buffer(data)
         base = ctypes.addressof(buffer)
         cursor = ctypes.c_void_p(base)
