@@ -3,6 +3,7 @@
 // give the same bytes (tests/model/test_text_frontend.cpp).
 #include "model/text_frontend.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string_view>
@@ -47,6 +48,46 @@ char clause_mark(std::string_view span, bool at_end) {
   return n > 0 && is_clause_mark(span[n - 1]) ? span[n - 1] : 0;
 }
 
+// Code points espeak-ng reads as en-us text without switching its translator: tab, newlines,
+// printable ASCII, Latin-1 Supplement and Latin Extended-A/B, general punctuation (quotes,
+// dashes). Letters of other scripts make espeak-ng 1.51 switch language mid-text, and that path
+// has a heap use-after-free (found by fuzz/fuzz_text_frontend.cpp under ASan): they, and bytes
+// that are not UTF-8, become spaces before espeak-ng sees the text.
+bool is_safe_code_point(uint32_t c) {
+  return c == '\t' || c == '\n' || c == '\r' || (c >= 0x20 && c <= 0x7e) ||
+         (c >= 0xa0 && c <= 0x24f) || (c >= 0x2010 && c <= 0x2027);
+}
+
+std::string safe_text(const std::string& text) {
+  std::string out;
+  size_t i = 0;
+  const size_t n = text.find('\0') == std::string::npos ? text.size() : text.find('\0');
+  while (i < n) {
+    const unsigned char b = static_cast<unsigned char>(text[i]);
+    const size_t len = b < 0x80         ? 1
+                       : (b >> 5) == 6  ? 2
+                       : (b >> 4) == 14 ? 3
+                       : (b >> 3) == 30 ? 4
+                                        : 0;
+    uint32_t c = len == 1 ? b : len == 2 ? (b & 0x1f) : len == 3 ? (b & 0x0f) : (b & 0x07);
+    bool valid = len > 0 && i + len <= n;
+    for (size_t k = 1; valid && k < len; ++k) {
+      const unsigned char cont = static_cast<unsigned char>(text[i + k]);
+      valid = (cont & 0xc0) == 0x80;
+      c = (c << 6) | (cont & 0x3f);
+    }
+    // Shortest form only (no overlong encodings), no surrogates, nothing above U+10FFFF.
+    static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    valid = valid && c >= kMin[len] && c <= 0x10ffff && !(c >= 0xd800 && c <= 0xdfff);
+    if (valid && is_safe_code_point(c))
+      out.append(text, i, len);
+    else
+      out += ' ';
+    i += valid ? len : 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool espeak_ipa_available() {
@@ -77,8 +118,9 @@ std::string espeak_ipa(const std::string& text, const std::string& language) {
     espeak_language = language;
   }
   std::string out;
-  // espeak-ng reads a C string: the text ends at its first NUL byte (the reference does the same).
-  const std::string clean = text.substr(0, text.find('\0'));
+  // espeak-ng reads a C string: the text ends at its first NUL byte (the reference does the same);
+  // unsafe code points and non-UTF-8 bytes become spaces (is_safe_code_point).
+  const std::string clean = safe_text(text);
   const char* const begin = clean.c_str();
   const void* cursor = begin;
   while (cursor != nullptr) {
@@ -94,6 +136,10 @@ std::string espeak_ipa(const std::string& text, const std::string& language) {
     if (!out.empty()) out += ' ';
     out += clause;
   }
+  // espeak-ng can keep the end of a text pending ("H.." leaves a "dot" that would open the next
+  // call's IPA): one call on a lone space flushes it, its output discarded.
+  const void* flush = " ";
+  while (flush != nullptr) espeak_TextToPhonemes(&flush, espeakCHARS_UTF8, espeakPHONEMES_IPA);
   return out;
 }
 

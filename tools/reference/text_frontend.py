@@ -51,6 +51,13 @@ def _clause_mark(span, at_end):
     return span[n - 1:n] if n > 0 and chr(span[n - 1]) in _MARKS else b""
 
 
+def _is_safe(c):
+    """Code points espeak-ng reads as en-us text without switching its translator (the engine's
+    is_safe_code_point: other scripts reach a use-after-free in espeak-ng 1.51)."""
+    c = ord(c)
+    return c in (9, 10, 13) or 0x20 <= c <= 0x7E or 0xA0 <= c <= 0x24F or 0x2010 <= c <= 0x2027
+
+
 def espeak_ipa(text, language="en-us"):
     """The IPA string (UTF-8 bytes) of `text`, as the engine's espeak-ipa frontend makes it."""
     with _lock:
@@ -60,7 +67,8 @@ def espeak_ipa(text, language="en-us"):
                 _state["language"] = None
                 raise ValueError(f"text.language \"{language}\": espeak-ng has no such voice")
             _state["language"] = language
-        data = text.encode("utf-8").split(b"\0")[0]  # espeak-ng reads a C string
+        text = text.split("\0")[0]  # espeak-ng reads a C string
+        data = "".join(c if _is_safe(c) else " " for c in text).encode("utf-8")
         buffer = ctypes.create_string_buffer(data)
         base = ctypes.addressof(buffer)
         cursor = ctypes.c_void_p(base)
@@ -73,6 +81,12 @@ def espeak_ipa(text, language="en-us"):
             if clause:
                 clause += _clause_mark(data[before:after], cursor.value is None)
                 clauses.append(clause)
+        # espeak-ng can keep the end of a text pending (it would open the next call's IPA): one
+        # call on a lone space flushes it, its output discarded (as the engine does).
+        flush_buffer = ctypes.create_string_buffer(b" ")
+        flush = ctypes.c_void_p(ctypes.addressof(flush_buffer))
+        while flush.value is not None:
+            lib.espeak_TextToPhonemes(ctypes.byref(flush), _CHARS_UTF8, _PHONEMES_IPA)
         return b" ".join(clauses)
 
 
