@@ -2,7 +2,7 @@
 
     python3 tools/eval/evaluate.py --corpus DIR --voices SPK,... [--sentences 300]
         [--gammas 1.5,1] [--drama build/drama] [--model-args "--checkpoint D --manifest M"]
-        [--voice-checkpoint DIR] [--max-frames 150] [--seed 1] [--jobs 2] [--work DIR] [--json OUT]
+        [--max-frames 150] [--seed 1] [--jobs 2] [--work DIR] [--json OUT]
 
 DIR is a corpus (tools/corpus/synth.py) holding, for every speaker in --voices, the held-out
 sentences said the same way (synth.py --heldout-per-speaker N+1 --heldout-same), and training
@@ -62,8 +62,6 @@ def main(argv=None):
     p.add_argument("--gammas", default="1.5,1")
     p.add_argument("--drama", default="build/drama")
     p.add_argument("--model-args", default="", help="weight options for drama say / voice write")
-    p.add_argument("--voice-checkpoint", help="checkpoint for `drama voice write` (default: the "
-                   "--checkpoint of --model-args)")
     p.add_argument("--max-frames", type=int, default=150)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=os.cpu_count())
@@ -88,16 +86,11 @@ def main(argv=None):
     text = {i: heldout[voices[0]][i]["text"] for i in common}
     os.makedirs(os.path.join(args.work, "voices"), exist_ok=True)
     label = "unknown"
-    voice_ckpt = args.voice_checkpoint
-    if not voice_ckpt and "--checkpoint" in model_args:
-        voice_ckpt = model_args[model_args.index("--checkpoint") + 1]
-    if not voice_ckpt:
-        raise SystemExit("--voice-checkpoint is needed (drama voice write takes a checkpoint)")
     for v in voices:
         ref = heldout[v][reference_id]
         stderr = run([args.drama, "voice", "write", os.path.join(args.corpus, ref["path"]),
-                      "--transcript", ref["text"], "-o", os.path.join(args.work, "voices", v + ".voice"),
-                      "--checkpoint", voice_ckpt])
+                      "--transcript", ref["text"], "-o", os.path.join(args.work, "voices", v + ".voice")]
+                     + model_args)
         label = provenance(stderr) if label == "unknown" else label
 
     jobs = []  # (condition, gamma, sentence id, output path, command)
