@@ -83,12 +83,13 @@ class Drama3Train:
         weights, chosen = probs.topk(k, dim=-1)
         if self.moe.get("norm_topk_prob", True):
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        out = torch.zeros_like(h)
+        # Accumulated in float32 whatever autocast makes the expert products (bf16 on CUDA).
+        out = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         for e in range(n):
             rows, rank = (chosen == e).nonzero(as_tuple=True)
             if rows.numel():
                 y = self.mlp(h[rows], f"{prefix}.experts.{e}")
-                out = out.index_add(0, rows, y * weights[rows, rank, None])
+                out = out.index_add(0, rows, (y * weights[rows, rank, None]).to(torch.float32))
         if self.moe.get("shared_expert_intermediate_size", 0) > 0:
             gate = torch.sigmoid(h @ self.w(prefix + ".shared_expert_gate.weight").T)
             out = out + gate * self.mlp(h, prefix + ".shared_expert")

@@ -108,6 +108,22 @@ class Parity(unittest.TestCase):
                 self.assertLess(relative_l2(out["logits0"][:5], expected["codebook0"]), 1e-5)
                 self.assertLess(relative_l2(out["logits_tower"], expected["tower"]), 1e-5)
 
+    def test_forward_and_backward_run_under_bf16_autocast(self):
+        """The CUDA path trains under bf16 autocast; the CPU's autocast exercises the same casts."""
+        config = tiny_config()
+        m = model_lib.Drama3Train(config, 1)
+        g = torch.Generator().manual_seed(0)
+        codes = lambda n: torch.randint(0, 64, (n, 8), generator=g).tolist()  # noqa: E731
+        batch = data.collate(config, [({"tokens": [1, 2], "codes": codes(3)}, {"tokens": [4], "codes": codes(4)}),
+                                      (None, {"tokens": [5, 6], "codes": codes(2)})], "cpu")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m.forward(batch)
+        (out["codebook0"] + out["tower"] + 0.01 * out["balance"]).backward()
+        for name in ("codebook0_head.weight", "tower.heads.weight", "audio_embed.weight"):
+            grad = m.params[name].grad
+            self.assertTrue(grad is not None and bool(torch.isfinite(grad).all()), name)
+        self.assertTrue(torch.isfinite(out["codebook0"]))
+
     def test_training_codec_decodes_as_the_reference(self):
         config = tiny_config()
         c = codec_lib.Codec(config["codec"], 4)
