@@ -70,7 +70,9 @@ struct Registry {
 // The CPU registry: every kernel the model and codec call (backend.h).
 Registry cpu_registry();
 
-// Names of the Backend kernels each registry entry covers; a test compares them with backend.h.
+// The Backend method a registry entry checks ("linear_bf16" -> "linear").
+std::string backend_method(const std::string& kernel);
+// Names of the Backend kernels the registry covers; a test compares them with backend.h.
 std::vector<std::string> covered_backend_methods();
 
 struct Options {

@@ -158,7 +158,8 @@ GateOutcome run_gates(const std::function<std::vector<KernelCase>(uint64_t)>& ma
       // Gate 1: coverage.
       RunResult full = run_rows(c, main, 0, c.rows);
       if (!full.guards_ok) g.fail(1, at + ": sentinel overwritten");
-      if (!full.case_guards_ok) g.fail(1, at + ": integer output sentinel overwritten");
+      if (!full.case_guards_ok)
+        g.fail(1, at + ": a buffer the case guards was written outside the kernel's output");
       double out_norm = 0;
       for (size_t i = 0; i < full.values.size(); ++i) {
         const bool ref_finite = std::isfinite(c.reference[i]);
