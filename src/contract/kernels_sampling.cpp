@@ -8,6 +8,7 @@
 
 #include "contract/kernels.h"
 #include "contract/registry_util.h"
+#include "util/error.h"
 #include "util/sampling.h"
 
 namespace drama::contract {
@@ -232,7 +233,10 @@ std::vector<KernelCase> sample_rows_cases(uint64_t seed, Fault fault) {
             if (ok) break;
           }
         }
-        if (ok || attempt == 200) {
+        if (!ok && attempt == 200)
+          throw Error("contract: sample_rows case " + std::to_string(s) + " row " +
+                      std::to_string(r) + ": no draw near a boundary found in 200 attempts");
+        if (ok) {
           const double u_ref = u;
           c.reference.insert(c.reference.end(), {double(pick(false, u_ref, p.top_p)),
                                                  double(flagged ? (*preset)[r] : 0)});
