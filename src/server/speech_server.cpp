@@ -89,7 +89,7 @@ struct Generation {
   std::shared_ptr<const Voice> voice;
   AudioFormat format = AudioFormat::Wav;
   StreamMode stream = StreamMode::None;
-  std::unique_ptr<Admission::Slot> slot;
+  std::unique_ptr<Admission::Lane> lane;
   int64_t sample_rate = 24000;
   size_t input_bytes = 0;
   std::optional<ConnectionWatch> connection;
@@ -103,7 +103,7 @@ SpeechServer::SpeechServer(Engine& engine, ServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
       http_(std::make_unique<httplib::Server>()),
-      admission_(options_.max_queue),
+      admission_(static_cast<int>(engine.stats().lanes), options_.max_queue),
       rng_(std::random_device{}()) {
   if (options_.max_queue < 0) throw UsageError("--max-queue must be 0 or more");
   if (!options_.voices_dir.empty()) voices_ = std::make_unique<VoiceStore>(options_.voices_dir);
@@ -146,7 +146,8 @@ void SpeechServer::stop() {
 
 void SpeechServer::install_routes() {
   auto& s = *http_;
-  int threads = options_.http_threads > 0 ? options_.http_threads : options_.max_queue + 8;
+  int threads = options_.http_threads > 0 ? options_.http_threads
+                                          : admission_.lanes() + options_.max_queue + 8;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   s.set_read_timeout(options_.read_timeout_s, 0);
   s.set_write_timeout(options_.write_timeout_s, 0);
@@ -304,8 +305,8 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
   gen->request.cfg = options_.cfg;
   gen->request.max_duration_s = f.max_duration_s;
 
-  gen->slot = admission_.acquire();
-  if (!gen->slot) {
+  gen->lane = admission_.acquire();
+  if (!gen->lane) {
     if (admission_.shutting_down())
       throw ApiError(503, "shutting_down", "the server is shutting down");
     throw ApiError(503, "busy", "the server is busy (queue full); retry later");
@@ -343,7 +344,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
           return !gen->client_gone();
         },
         cancel);
-    gen->slot.reset();
+    gen->lane.reset();
     finish(r, gen->sample_rate);
     if (r.cancelled && gen->client_gone()) {
       res.status = 499;  // client closed the request (nginx's code); nobody reads this reply
@@ -389,12 +390,12 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
               },
               cancel);
         } catch (const std::exception& e) {
-          gen->slot.reset();
+          gen->lane.reset();
           t_log.outcome = "error";
           log_warning(std::string("generation failed: ") + e.what());
           return false;  // headers are sent; closing the connection is the only signal left
         }
-        gen->slot.reset();
+        gen->lane.reset();
         finish(r, gen->sample_rate);
         if (r.cancelled) return false;
         if (sse) {
@@ -412,7 +413,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
         sink.done();
         return true;
       },
-      [gen](bool) { gen->slot.reset(); });
+      [gen](bool) { gen->lane.reset(); });
 }
 
 void SpeechServer::handle_voices_list(const httplib::Request&, httplib::Response& res) {
@@ -488,15 +489,15 @@ void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Respon
   } catch (const Error& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }
-  auto slot = admission_.acquire();
-  if (!slot) throw ApiError(503, "busy", "the server is busy (queue full); retry later");
+  auto lane = admission_.acquire();
+  if (!lane) throw ApiError(503, "busy", "the server is busy (queue full); retry later");
   Voice voice;
   try {
     voice = engine_.make_voice(pcm, ref_text);
   } catch (const UsageError& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }
-  slot.reset();
+  lane.reset();
   if (id.empty()) id = voices_->id_for_name(name);
   VoiceInfo info = voices_->add(id, name, voice);
   send_json(res, 200, voice_json(info));
@@ -533,12 +534,18 @@ void SpeechServer::handle_health(const httplib::Request&, httplib::Response& res
              {"gamma", options_.gamma},
              {"request_gamma", options_.request_gamma},
              {"busy", admission_.busy()},
+             {"lanes", admission_.lanes()},
+             {"lanes_in_use", admission_.running()},
              {"queue_depth", admission_.queue_depth()}});
 }
 
 void SpeechServer::handle_metrics(const httplib::Request&, httplib::Response& res) {
-  res.set_content(metrics_.render(admission_.queue_depth(), admission_.busy()),
-                  "text/plain; version=0.0.4");
+  Metrics::Gauges g;
+  g.queue_depth = admission_.queue_depth();
+  g.lanes = admission_.lanes();
+  g.lanes_in_use = admission_.running();
+  g.engine = engine_.stats();
+  res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
 }
 
 }  // namespace drama::server
