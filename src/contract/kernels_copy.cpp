@@ -73,34 +73,46 @@ std::vector<KernelCase> copy_2d_cases(uint64_t seed, Fault fault) {
   return cases;
 }
 
-// fill: dst[r * stride + c] = value; the gaps beyond cols stay untouched.
+// fill: dst[r * stride + c] = value; the gaps beyond cols stay untouched. The zero case (the
+// step zeroes its int32 flags with fill 0.0f) first stages random values into the whole output:
+// the filled block must read +0.0 exactly, the gaps keep their values (an all-zero output would be
+// vacuous for gate 1), and its twin rounds those values to bfloat16.
 std::vector<KernelCase> fill_cases(uint64_t seed, Fault fault) {
   struct Shape {
     int64_t rows, cols, stride;
+    bool zero;
   };
-  const Shape shapes[] = {{4, 37, 40}, {1, 1000, 1000}, {7, 1, 3}, {3, 257, 257}, {2, 18, 19}};
+  const Shape shapes[] = {{4, 37, 40, false},   {1, 1000, 1000, false}, {7, 1, 3, false},
+                          {3, 257, 257, false}, {2, 18, 19, false},     {5, 1, 9, true},
+                          {3, 20, 24, true}};
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(shapes); ++s) {
     const Shape sh = shapes[s];
     Rng rng(seed * 107 + s);
-    // A value bfloat16 cannot hold (the twin's rounding must show).
+    // A value bfloat16 cannot hold (the twin's rounding must show), or zero.
     float value = 0;
-    do value = static_cast<float>(rng.normal(0.0, 3.0));
-    while (to_bf16(value) == double(value));
+    while (!sh.zero && to_bf16(value) == double(value))
+      value = static_cast<float>(rng.normal(0.0, 3.0));
+    auto background = std::make_shared<std::vector<float>>(
+        sh.zero ? rng.normals(sh.rows * sh.stride) : std::vector<float>());
     KernelCase c;
     c.label = "rows=" + std::to_string(sh.rows) + " cols=" + std::to_string(sh.cols) +
-              " stride=" + std::to_string(sh.stride);
+              " stride=" + std::to_string(sh.stride) + (sh.zero ? " zero over staged values" : "");
     c.rows = sh.rows;
     c.row_elems = sh.stride;
     c.exact = true;
     for (int64_t r = 0; r < sh.rows; ++r)
       for (int64_t d = 0; d < sh.stride; ++d) {
-        c.reference.push_back(d < sh.cols ? double(value) : kNaN);
-        c.degraded.push_back(d < sh.cols ? to_bf16(value) : kNaN);
+        const double v = d < sh.cols ? double(value)
+                         : sh.zero   ? (*background)[r * sh.stride + d]
+                                     : kNaN;
+        c.reference.push_back(v);
+        c.degraded.push_back(std::isnan(v) ? kNaN : to_bf16(v));
       }
-    c.input_norms = {std::fabs(double(value))};
+    c.input_norms = {sh.zero ? l2(*background) : std::fabs(double(value))};
     const int64_t cols = fault == Fault::LastColumnLeft ? sh.cols - 1 : sh.cols;
-    c.run = [sh, cols, value](Backend& b, int64_t, int64_t n, float* out) {
+    c.run = [sh, cols, value, background](Backend& b, int64_t r0, int64_t n, float* out) {
+      if (sh.zero) stage(b, out, background->data() + r0 * sh.stride, n * sh.stride);
       b.fill(out, sh.stride, n, cols, value);
       return true;
     };
