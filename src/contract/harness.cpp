@@ -333,16 +333,23 @@ Report run_contract(const Options& options, std::ostream& out) {
       nlohmann::json cases = nlohmann::json::array();
       GateOutcome g = run_gates(c.make_cases, backends, options, cases);
       const int bad = g.first_failed();
-      const bool as_planted = c.expect_pass ? bad == 0 : bad != 0;
+      const bool right_gate = c.expect_gate == 0 || bad == c.expect_gate;
+      const bool as_planted = c.expect_pass ? bad == 0 : bad != 0 && right_gate;
       if (as_planted)
         ++red;
       else
         ++missed;
-      const std::string what = c.expect_pass
-                                   ? (bad == 0 ? "green as expected" : "red: harness broken")
-                                   : (bad ? "red at " + gate_name(bad) : "MISSED");
+      std::string what;
+      if (c.expect_pass)
+        what = bad == 0 ? "green as expected" : "red: harness broken";
+      else if (bad == 0)
+        what = "MISSED";
+      else
+        what = "red at " + gate_name(bad) +
+               (right_gate ? "" : ", MISSED: planted for " + gate_name(c.expect_gate));
       cj["outcome"] = what;
       cj["as_planted"] = as_planted;
+      if (c.expect_gate) cj["planted_for"] = gate_name(c.expect_gate);
       j["controls"].push_back(cj);
       out << "control " << c.name << " (" << c.kernel << "): " << what << "\n";
     }

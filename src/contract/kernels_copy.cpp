@@ -45,7 +45,9 @@ std::vector<KernelCase> copy_2d_cases(uint64_t seed, Fault fault) {
   for (size_t s = 0; s < std::size(shapes); ++s) {
     const Shape sh = shapes[s];
     Rng rng(seed * 103 + s);
-    const int64_t src_len = (sh.rows - 1) * sh.src_stride + (sh.cols - 1) * sh.src_col_stride + 1;
+    // Long enough for a column stride of at least 1 (the planted fault reads with stride 1).
+    const int64_t src_len =
+        (sh.rows - 1) * sh.src_stride + (sh.cols - 1) * std::max<int64_t>(sh.src_col_stride, 1) + 1;
     auto src = std::make_shared<std::vector<float>>(copy_values(rng, src_len));
     KernelCase c;
     c.label = std::string(sh.what) + " rows=" + std::to_string(sh.rows) +

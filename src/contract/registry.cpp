@@ -19,6 +19,16 @@ KernelSpec kernel(const char* name, const char* family, const char* why, Builder
   return {name, family, why, cases_of(b), std::move(limit)};
 }
 
+// A planted fault of `kernel`'s builder; expect_gate names the gate it is planted for (0: any).
+Control planted(const char* name, const char* kernel, Builder b, Fault f, int expect_gate = 0) {
+  Control c;
+  c.name = name;
+  c.kernel = kernel;
+  c.make_cases = cases_of(b, f);
+  c.expect_gate = expect_gate;
+  return c;
+}
+
 }  // namespace
 
 Registry cpu_registry() {
@@ -82,72 +92,72 @@ Registry cpu_registry() {
              vq_encode_cases, small_kernel_limit("vq_encode")),
   };
   // At least one planted control per registered kernel (a test checks), each imitating a
-  // plausible bug of that kernel; the exact copy of the reference must pass.
+  // plausible bug of that kernel and red at the gate named last (gate 1: coverage, 2: accuracy,
+  // 4: batch invariance); the exact copy of the reference must pass.
   r.controls = {
-      {"copy_2d ignoring src_col_stride", "copy_2d", false,
-       cases_of(copy_2d_cases, Fault::IgnoredColumnStride)},
-      {"fill leaving the last column", "fill", false, cases_of(fill_cases, Fault::LastColumnLeft)},
-      {"copy_rows writing the wrong row", "copy_rows", false,
-       cases_of(copy_rows_cases, Fault::WrongDestinationRow)},
-      {"gather_ids dropping the offset", "gather_ids", false,
-       cases_of(gather_ids_cases, Fault::DroppedOffset)},
-      {"nvfp4 swapped nibbles", "linear_nvfp4", false,
-       cases_of(linear_nvfp4_cases, Fault::SwappedNibbles)},
-      {"nvfp4 wrong scale block", "linear_nvfp4", false,
-       cases_of(linear_nvfp4_cases, Fault::WrongScaleBlock)},
-      {"nvfp4 missing global scale", "linear_nvfp4", false,
-       cases_of(linear_nvfp4_cases, Fault::MissingGlobalScale)},
-      {"nvfp4 skipped tail block", "linear_nvfp4", false,
-       cases_of(linear_nvfp4_cases, Fault::SkippedTailBlock)},
-      {"fp16 accumulation", "linear_bf16", false,
-       cases_of(linear_bf16_cases, Fault::Fp16Accumulation)},
-      {"batch-dependent reduction order", "linear_bf16", false,
-       cases_of(linear_bf16_cases, Fault::BatchDependentOrder)},
-      {"dequantize with the neighbour's scale block", "dequantize", false,
-       cases_of(dequantize_cases, Fault::NeighbourScaleBlock)},
-      {"embed_sum missing the last id", "embed_sum", false,
-       cases_of(embed_sum_cases, Fault::MissingLastId)},
-      {"unwritten output", "rms_norm", false, cases_of(rms_norm_cases, Fault::Unwritten)},
-      {"wrong rotary pair", "rope", false, cases_of(rope_cases, Fault::WrongRotaryPair)},
-      {"attention one position past the window", "attention", false,
-       cases_of(attention_cases, Fault::WindowPlusOne)},
-      {"attention reading a neighbour's cache", "attention", false,
-       cases_of(attention_cases, Fault::NeighbourCache)},
-      {"fp16 intermediates", "swiglu", false, cases_of(swiglu_cases, Fault::Fp16Accumulation)},
-      {"add rounded toward zero", "add", false, cases_of(add_cases, Fault::TruncatedAdd)},
-      {"sigmoid in float16", "sigmoid", false, cases_of(sigmoid_cases, Fault::Fp16Intermediates)},
-      {"off-by-one top-k", "route_topk", false, cases_of(route_topk_cases, Fault::OffByOneTopk)},
-      {"moe_experts routing a pair to its neighbour expert", "moe_experts", false,
-       cases_of(moe_experts_cases, Fault::NeighbourExpert)},
-      {"moe_experts order depending on rows sharing the expert", "moe_experts", false,
-       cases_of(moe_experts_cases, Fault::SharedExpertOrder)},
-      {"expert_combine with the next rank's weight", "expert_combine", false,
-       cases_of(expert_combine_cases, Fault::NeighbourRankWeight)},
-      {"guidance gamma on the wrong branch", "guidance_combine", false,
-       cases_of(guidance_combine_cases, Fault::GammaOnWrongBranch)},
-      {"sampling with an off-by-one uniform", "sample_rows", false,
-       cases_of(sample_rows_cases, Fault::OffByOneUniform)},
-      {"sampling ignoring top-p", "sample_rows", false,
-       cases_of(sample_rows_cases, Fault::IgnoredTopP)},
-      {"non-finite guard missing -inf", "non_finite_guard", false,
-       cases_of(non_finite_guard_cases, Fault::GuardMissesNegativeInf)},
-      {"conv1d with a shifted tap", "conv1d", false, cases_of(conv1d_cases, Fault::ShiftedTap)},
-      {"conv_transpose1d dropping the last tap", "conv_transpose1d", false,
-       cases_of(conv_transpose1d_cases, Fault::DroppedLastTap)},
-      {"elu in float16", "elu", false, cases_of(elu_cases, Fault::Fp16Intermediates)},
-      {"one wrong element in a million", "gelu", false,
-       cases_of(gelu_cases, Fault::OneWrongElement)},
-      {"layer_norm with the unbiased variance", "layer_norm", false,
-       cases_of(layer_norm_cases, Fault::UnbiasedVariance)},
-      {"scale_rows with a bfloat16 scale", "scale_rows", false,
-       cases_of(scale_rows_cases, Fault::Bf16Scale)},
-      {"vq_decode reading the next row", "vq_decode", false,
-       cases_of(vq_decode_cases, Fault::NextCodebookRow)},
-      {"vq_encode by largest dot product", "vq_encode", false,
-       cases_of(vq_encode_cases, Fault::DotProductNearest)},
-      {"exact copy of the reference", "linear_nvfp4", true,
-       cases_of(linear_nvfp4_cases, Fault::ExactReferenceCopy)},
+      planted("copy_2d ignoring src_col_stride", "copy_2d", copy_2d_cases,
+              Fault::IgnoredColumnStride, 2),
+      planted("fill leaving the last column", "fill", fill_cases, Fault::LastColumnLeft, 1),
+      planted("copy_rows writing the wrong row", "copy_rows", copy_rows_cases,
+              Fault::WrongDestinationRow, 1),
+      planted("gather_ids dropping the offset", "gather_ids", gather_ids_cases,
+              Fault::DroppedOffset, 2),
+      planted("nvfp4 swapped nibbles", "linear_nvfp4", linear_nvfp4_cases, Fault::SwappedNibbles,
+              2),
+      planted("nvfp4 wrong scale block", "linear_nvfp4", linear_nvfp4_cases, Fault::WrongScaleBlock,
+              2),
+      planted("nvfp4 missing global scale", "linear_nvfp4", linear_nvfp4_cases,
+              Fault::MissingGlobalScale, 2),
+      planted("nvfp4 skipped tail block", "linear_nvfp4", linear_nvfp4_cases,
+              Fault::SkippedTailBlock, 2),
+      planted("fp16 accumulation", "linear_bf16", linear_bf16_cases, Fault::Fp16Accumulation),
+      planted("batch-dependent reduction order", "linear_bf16", linear_bf16_cases,
+              Fault::BatchDependentOrder, 4),
+      planted("dequantize with the neighbour's scale block", "dequantize", dequantize_cases,
+              Fault::NeighbourScaleBlock, 2),
+      planted("embed_sum missing the last id", "embed_sum", embed_sum_cases, Fault::MissingLastId,
+              2),
+      planted("unwritten output", "rms_norm", rms_norm_cases, Fault::Unwritten, 1),
+      planted("wrong rotary pair", "rope", rope_cases, Fault::WrongRotaryPair, 2),
+      planted("attention one position past the window", "attention", attention_cases,
+              Fault::WindowPlusOne, 2),
+      planted("attention reading a neighbour's cache", "attention", attention_cases,
+              Fault::NeighbourCache, 2),
+      planted("fp16 intermediates", "swiglu", swiglu_cases, Fault::Fp16Accumulation, 2),
+      planted("add rounded toward zero", "add", add_cases, Fault::TruncatedAdd, 2),
+      planted("sigmoid in float16", "sigmoid", sigmoid_cases, Fault::Fp16Intermediates, 2),
+      planted("off-by-one top-k", "route_topk", route_topk_cases, Fault::OffByOneTopk, 2),
+      planted("moe_experts routing a pair to its neighbour expert", "moe_experts",
+              moe_experts_cases, Fault::NeighbourExpert, 2),
+      planted("moe_experts order depending on rows sharing the expert", "moe_experts",
+              moe_experts_cases, Fault::SharedExpertOrder, 4),
+      planted("expert_combine with the next rank's weight", "expert_combine", expert_combine_cases,
+              Fault::NeighbourRankWeight, 2),
+      planted("guidance gamma on the wrong branch", "guidance_combine", guidance_combine_cases,
+              Fault::GammaOnWrongBranch, 2),
+      planted("sampling with an off-by-one uniform", "sample_rows", sample_rows_cases,
+              Fault::OffByOneUniform, 2),
+      planted("sampling ignoring top-p", "sample_rows", sample_rows_cases, Fault::IgnoredTopP, 2),
+      planted("non-finite guard missing -inf", "non_finite_guard", non_finite_guard_cases,
+              Fault::GuardMissesNegativeInf, 2),
+      planted("conv1d with a shifted tap", "conv1d", conv1d_cases, Fault::ShiftedTap, 2),
+      planted("conv_transpose1d dropping the last tap", "conv_transpose1d", conv_transpose1d_cases,
+              Fault::DroppedLastTap, 2),
+      planted("elu in float16", "elu", elu_cases, Fault::Fp16Intermediates, 2),
+      planted("one wrong element in a million", "gelu", gelu_cases, Fault::OneWrongElement, 2),
+      planted("layer_norm with the unbiased variance", "layer_norm", layer_norm_cases,
+              Fault::UnbiasedVariance, 2),
+      planted("scale_rows with a bfloat16 scale", "scale_rows", scale_rows_cases, Fault::Bf16Scale,
+              2),
+      planted("vq_decode reading the next row", "vq_decode", vq_decode_cases,
+              Fault::NextCodebookRow, 2),
+      planted("vq_encode by largest dot product", "vq_encode", vq_encode_cases,
+              Fault::DotProductNearest, 2),
   };
+  Control exact = planted("exact copy of the reference", "linear_nvfp4", linear_nvfp4_cases,
+                          Fault::ExactReferenceCopy);
+  exact.expect_pass = true;
+  r.controls.push_back(std::move(exact));
   return r;
 }
 
