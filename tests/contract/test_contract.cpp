@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "contract/contract.h"
 #include "util/dtype.h"
@@ -96,6 +97,23 @@ TEST(ContractHarness, PlantedFaultsAreNamed) {
     const std::string want = std::string("kernel linear_bf16: FAIL gate ") + gate[4];
     EXPECT_NE(out.str().find(want), std::string::npos) << out.str();
     EXPECT_NE(r.summary.find("1 fail"), std::string::npos) << r.summary;
+  }
+}
+
+// The same for the batched kernels of the frame step (sample_rows is exact: no gate 4 plant).
+TEST(ContractHarness, PlantedFaultsAreNamedInBatchedKernels) {
+  const std::pair<const char*, const char*> plants[] = {
+      {"moe_experts", "gate1"}, {"moe_experts", "gate2"}, {"moe_experts", "gate4"},
+      {"attention", "gate4"},   {"sample_rows", "gate1"}, {"sample_rows", "gate2"},
+      {"copy_rows", "gate2"}};
+  for (const auto& [kernel, gate] : plants) {
+    Options o = quick(kernel);
+    o.plant_fault = std::string(kernel) + ":" + gate;
+    std::ostringstream out;
+    Report r = run_contract(o, out);
+    EXPECT_FALSE(r.ok) << kernel << " " << gate;
+    const std::string want = std::string("kernel ") + kernel + ": FAIL gate " + gate[4];
+    EXPECT_NE(out.str().find(want), std::string::npos) << out.str();
   }
 }
 
