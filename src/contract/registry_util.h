@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <vector>
@@ -151,6 +152,28 @@ struct Bf16Matrix {
   LinearWeight view() const { return {WeightFormat::BF16, out, in, data.data(), nullptr, 1.0f}; }
 };
 Bf16Matrix random_bf16(Rng& rng, int64_t out, int64_t in, double sd, bool integral = false);
+
+// Integer outputs live in their own guarded host buffer (8 guard words each side); entries the
+// kernel never wrote come back as NaN.
+inline constexpr int32_t kPoison = INT32_MIN;
+struct IntOut {
+  std::vector<int32_t> buf;
+  int64_t n;
+  explicit IntOut(int64_t count) : buf(static_cast<size_t>(count + 16), kPoison), n(count) {
+    std::fill_n(buf.begin(), 8, -77);
+    std::fill_n(buf.end() - 8, 8, -77);
+  }
+  int32_t* data() { return buf.data() + 8; }
+  bool guards_ok() const {
+    for (int i = 0; i < 8; ++i)
+      if (buf[i] != -77 || buf[buf.size() - 1 - i] != -77) return false;
+    return true;
+  }
+  float at(int64_t i) const {
+    const int32_t v = buf[8 + i];
+    return v == kPoison ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(v);
+  }
+};
 
 // Median seconds of `reps` calls of fn after one warm-up.
 double median_seconds(int reps, const std::function<void()>& fn);
