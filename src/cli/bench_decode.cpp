@@ -40,6 +40,7 @@ struct DecodeOptions {
   int repeats = 5;
   std::string cfg = "paired";
   std::string json;
+  std::string synthetic;  // a config file: random weights in the backend's memory
   WeightsOptions weights;
 };
 
@@ -305,8 +306,19 @@ void register_bench_decode(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--cfg", o->cfg, "paired (batch of 2), separate, or single (no guidance)")
       ->check(CLI::IsMember({"paired", "separate", "single"}));
   sub->add_option("--json", o->json, "Also write the JSON object to this file");
+  sub->add_option("--synthetic", o->synthetic,
+                  "Time the backbone step on random weights of this config's geometry, built in "
+                  "the backend's memory (no checkpoint files)")
+      ->check(CLI::ExistingFile);
   add_weights_options(*sub, o->weights);
-  sub->callback([&run, o] { run = [o] { return run_decode(*o); }; });
+  sub->callback([&run, o] {
+    run = [o] {
+      if (!o->synthetic.empty())
+        return run_synthetic_decode(o->synthetic, o->weights.backend, o->frames, o->repeats,
+                                    o->json);
+      return run_decode(*o);
+    };
+  });
 }
 
 }  // namespace drama::cli

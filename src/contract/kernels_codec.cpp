@@ -80,8 +80,9 @@ std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault fault) {
         stage(be, out, y.data(), sh.out * out_len);
         return true;
       }
-      be.conv1d(x->data(), sh.in, sh.len, w->data(), sh.bias ? b->data() : nullptr, sh.out,
-                sh.kernel, sh.stride, sh.dilation, sh.groups, out, out_len);
+      DeviceCopies d(be);
+      be.conv1d(d.in(*x), sh.in, sh.len, d.in(*w), sh.bias ? d.in(*b) : nullptr, sh.out, sh.kernel,
+                sh.stride, sh.dilation, sh.groups, out, out_len);
       return true;
     };
     cases.push_back(std::move(c));
@@ -145,8 +146,9 @@ std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault fault) {
     if (fault == Fault::DroppedLastTap)
       for (size_t i = sh.kernel - 1; i < wk->size(); i += sh.kernel) (*wk)[i] = 0.0f;
     c.run = [x, wk, b, sh](Backend& be, int64_t, int64_t, float* out) {
-      be.conv_transpose1d(x->data(), sh.in, sh.len, wk->data(), sh.bias ? b->data() : nullptr,
-                          sh.out, sh.kernel, sh.stride, sh.groups, out);
+      DeviceCopies d(be);
+      be.conv_transpose1d(d.in(*x), sh.in, sh.len, d.in(*wk), sh.bias ? d.in(*b) : nullptr, sh.out,
+                          sh.kernel, sh.stride, sh.groups, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -176,7 +178,8 @@ KernelCase elementwise_case(
   c.input_norms = {l2(*x)};
   const int64_t re = c.row_elems;
   c.run = [x, call, re](Backend& b, int64_t r0, int64_t n, float* out) {
-    call(b, x->data() + r0 * re, n * re, out);
+    DeviceCopies d(b);
+    call(b, d.in(*x) + r0 * re, n * re, out);
     return true;
   };
   return c;
@@ -201,7 +204,8 @@ std::vector<KernelCase> elu_cases(uint64_t seed, Fault fault) {
       [alpha, f16, fault](Backend& b, const float* in, int64_t n, float* out) {
         if (fault == Fault::Fp16Intermediates) {
           std::vector<float> y(static_cast<size_t>(n));
-          for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(f16(in[i]));
+          b.download(y.data(), in, y.size() * sizeof(float));  // `in` is the backend's copy
+          for (float& v : y) v = static_cast<float>(f16(v));
           stage(b, out, y.data(), n);
           return;
         }
@@ -291,8 +295,8 @@ std::vector<KernelCase> layer_norm_cases(uint64_t seed, Fault fault) {
         stage(be, out, y.data(), n * dim);
         return true;
       }
-      be.layer_norm(x->data() + r0 * dim, w->data(), b->data(), n, dim, static_cast<float>(eps),
-                    out);
+      DeviceCopies d(be);
+      be.layer_norm(d.in(*x) + r0 * dim, d.in(*w), d.in(*b), n, dim, static_cast<float>(eps), out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -322,7 +326,8 @@ std::vector<KernelCase> scale_rows_cases(uint64_t seed, Fault fault) {
   if (fault == Fault::Bf16Scale)
     for (auto& v : *used) v = static_cast<float>(to_bf16(v));
   c.run = [=](Backend& b, int64_t r0, int64_t n, float* out) {
-    b.scale_rows(x->data() + r0 * dim, used->data(), n, dim, out);
+    DeviceCopies d(b);
+    b.scale_rows(d.in(*x) + r0 * dim, d.in(*used), n, dim, out);
     return true;
   };
   return {c};
@@ -350,7 +355,8 @@ std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault fault) {
   if (fault == Fault::NextCodebookRow)
     for (auto& v : *used) v = static_cast<int32_t>((v + 1) % size);
   c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
-    b.vq_decode(cb->data(), dim, used->data() + r0, cnt, out);
+    DeviceCopies d(b);
+    b.vq_decode(d.in(*cb), dim, d.in(*used) + r0, cnt, out);
     return true;
   };
   return {c};
@@ -420,7 +426,9 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault fault) {
         }
       }
     } else {
-      b.vq_encode(cb->data(), size, dim, x->data() + r0 * dim, cnt, ids.data());
+      DeviceCopies d(b);
+      b.vq_encode(d.in(*cb), size, dim, d.in(*x) + r0 * dim, cnt, d.output(ids.data(), ids.size()));
+      d.finish();
     }
     std::vector<float> f(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
@@ -442,8 +450,12 @@ Limit conv1d_limit() {
   l.time_call = [=](Backend& b) {
     Rng rng(11);
     std::vector<float> x = rng.normals(in * len), w = rng.normals(out * in * k), y(out * (len - 2));
+    DeviceCopies d(b);
+    const float *xd = d.in(x), *wd = d.in(w);
+    float* yd = d.in(y);
     return median_seconds(3, [&] {
-      b.conv1d(x.data(), in, len, w.data(), nullptr, out, k, 1, 1, 1, y.data(), len - 2);
+      b.conv1d(xd, in, len, wd, nullptr, out, k, 1, 1, 1, yd, len - 2);
+      b.synchronize();
     });
   };
   return l;
@@ -461,8 +473,12 @@ Limit conv_transpose1d_limit() {
     Rng rng(13);
     std::vector<float> x = rng.normals(in * len), w = rng.normals(in * out * k),
                        y(out * ((len - 1) * s + k));
+    DeviceCopies d(b);
+    const float *xd = d.in(x), *wd = d.in(w);
+    float* yd = d.in(y);
     return median_seconds(3, [&] {
-      b.conv_transpose1d(x.data(), in, len, w.data(), nullptr, out, k, s, 1, y.data());
+      b.conv_transpose1d(xd, in, len, wd, nullptr, out, k, s, 1, yd);
+      b.synchronize();
     });
   };
   return l;

@@ -66,7 +66,8 @@ std::vector<KernelCase> copy_2d_cases(uint64_t seed, Fault fault) {
     c.input_norms = {l2(*src)};
     const int64_t col_stride = fault == Fault::IgnoredColumnStride ? 1 : sh.src_col_stride;
     c.run = [src, sh, col_stride](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.copy_2d(out, sh.dst_stride, src->data() + r0 * sh.src_stride, sh.src_stride, col_stride, n,
+      DeviceCopies d(b);
+      b.copy_2d(out, sh.dst_stride, d.in(*src) + r0 * sh.src_stride, sh.src_stride, col_stride, n,
                 sh.cols);
       return true;
     };
@@ -170,12 +171,19 @@ std::vector<KernelCase> copy_rows_cases(uint64_t seed, Fault fault) {
       float* dst = reinterpret_cast<float*>(scratch.data());
       std::vector<int32_t> drow(dst_row->begin() + r0, dst_row->begin() + r0 + n);
       if (fault == Fault::WrongDestinationRow) drow.back() = (drow.back() + 1) % sh.dst_rows;
-      // A null index means i itself: the caller offsets the pointer instead.
-      const float* s = sh.src_index ? src->data() : src->data() + r0 * sh.dim;
-      float* d = sh.dst_index ? dst : dst + r0 * sh.dim;
-      const bool shifted = fault == Fault::WrongDestinationRow && !sh.dst_index;
-      b.copy_rows(s, sh.src_index ? src_row->data() + r0 : nullptr, shifted ? dst : d,
-                  sh.dst_index || shifted ? drow.data() : nullptr, n, sh.dim);
+      {
+        // The scratch table staged on the backend and read back whole.
+        DeviceCopies dc(b);
+        float* dst_dev = reinterpret_cast<float*>(dc.output(scratch.data(), scratch.size()));
+        const float* src_dev = dc.in(*src);
+        // A null index means i itself: the caller offsets the pointer instead.
+        const float* s = sh.src_index ? src_dev : src_dev + r0 * sh.dim;
+        float* d = sh.dst_index ? dst_dev : dst_dev + r0 * sh.dim;
+        const bool shifted = fault == Fault::WrongDestinationRow && !sh.dst_index;
+        b.copy_rows(s, sh.src_index ? dc.in(*src_row) + r0 : nullptr, shifted ? dst_dev : d,
+                    sh.dst_index || shifted ? dc.in(drow) : nullptr, n, sh.dim);
+        dc.finish();
+      }
       std::vector<bool> owned(static_cast<size_t>(sh.dst_rows), false);
       for (int64_t i = 0; i < n; ++i) owned[(*dst_row)[r0 + i]] = true;
       bool untouched = true;
@@ -229,9 +237,14 @@ std::vector<KernelCase> gather_ids_cases(uint64_t seed, Fault fault) {
     c.run = [src, index, offset, fault](Backend& b, int64_t r0, int64_t cnt, float* out) {
       IntOut ids(cnt);
       const std::vector<int32_t> zeros(static_cast<size_t>(cnt), 0);
-      b.gather_ids(src->data(), index->data() + r0,
-                   fault == Fault::DroppedOffset ? zeros.data() : offset->data() + r0, cnt,
-                   ids.data());
+      {
+        DeviceCopies d(b);
+        int32_t* ids_dev = d.output(ids.buf.data(), ids.buf.size()) + 8;
+        b.gather_ids(d.in(*src), d.in(*index) + r0,
+                     fault == Fault::DroppedOffset ? d.in(zeros) : d.in(*offset) + r0, cnt,
+                     ids_dev);
+        d.finish();
+      }
       std::vector<float> f(static_cast<size_t>(cnt));
       for (int64_t i = 0; i < cnt; ++i) f[i] = ids.at(i);
       stage(b, out, f.data(), cnt);
@@ -255,9 +268,12 @@ Limit copy_limit(const char* kernel) {
     l.bytes = 2.0 * rows * cols * 4;
     l.time_call = [=](Backend& b) {
       Rng rng(15);
-      std::vector<float> src = rng.normals(rows * cols), dst(rows * cols);
+      const std::vector<float> src_h = rng.normals(rows * cols), dst_h(rows * cols);
+      DeviceCopies d(b);
+      const float* src = d.in(src_h);
+      float* dst = d.in(dst_h);
       return median_seconds(9, [&] {
-        b.copy_2d(dst.data(), cols, src.data(), 1, rows, rows, cols);
+        b.copy_2d(dst, cols, src, 1, rows, rows, cols);
         b.synchronize();
       });
     };
@@ -266,9 +282,10 @@ Limit copy_limit(const char* kernel) {
     l.size = "rows=1024 cols=1024";
     l.bytes = double(n) * 4;
     l.time_call = [=](Backend& b) {
-      std::vector<float> dst(n);
+      DeviceCopies d(b);
+      float* dst = d.in(std::vector<float>(n));
       return median_seconds(9, [&] {
-        b.fill(dst.data(), 1024, 1024, 1024, 0.5f);
+        b.fill(dst, 1024, 1024, 1024, 0.5f);
         b.synchronize();
       });
     };
@@ -278,11 +295,15 @@ Limit copy_limit(const char* kernel) {
     l.bytes = 2.0 * n * dim * 4;
     l.time_call = [=](Backend& b) {
       Rng rng(17);
-      std::vector<float> src = rng.normals(n * dim), dst(n * dim);
-      std::vector<int32_t> rows(n);
-      for (int64_t i = 0; i < n; ++i) rows[i] = static_cast<int32_t>((i * 37) % n);
+      const std::vector<float> src_h = rng.normals(n * dim), dst_h(n * dim);
+      std::vector<int32_t> rows_h(n);
+      for (int64_t i = 0; i < n; ++i) rows_h[i] = static_cast<int32_t>((i * 37) % n);
+      DeviceCopies d(b);
+      const float* src = d.in(src_h);
+      float* dst = d.in(dst_h);
+      const int32_t* rows = d.in(rows_h);
       return median_seconds(9, [&] {
-        b.copy_rows(src.data(), rows.data(), dst.data(), rows.data(), n, dim);
+        b.copy_rows(src, rows, dst, rows, n, dim);
         b.synchronize();
       });
     };
@@ -291,10 +312,13 @@ Limit copy_limit(const char* kernel) {
     l.size = "n=4096";
     l.bytes = double(n) * 16;
     l.time_call = [=](Backend& b) {
-      std::vector<int32_t> src(n, 5), index(n), offset(n, 2049), dst(n);
-      for (int64_t i = 0; i < n; ++i) index[i] = static_cast<int32_t>((i * 7) % n);
+      std::vector<int32_t> src_h(n, 5), index_h(n), offset_h(n, 2049), dst_h(n);
+      for (int64_t i = 0; i < n; ++i) index_h[i] = static_cast<int32_t>((i * 7) % n);
+      DeviceCopies d(b);
+      const int32_t *src = d.in(src_h), *index = d.in(index_h), *offset = d.in(offset_h);
+      int32_t* dst = d.in(dst_h);
       return median_seconds(21, [&] {
-        b.gather_ids(src.data(), index.data(), offset.data(), n, dst.data());
+        b.gather_ids(src, index, offset, n, dst);
         b.synchronize();
       });
     };

@@ -126,14 +126,15 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
     c.input_norms = {l2(in->x), l2(w)};
     auto ref = std::make_shared<std::vector<double>>(c.reference);
     c.run = [in, nvfp4, fault, ref](Backend& b, int64_t r0, int64_t n, float* out) {
-      const float* x = in->x.data() + r0 * in->k;
+      DeviceCopies d(b);
+      const float* x = d.in(in->x.data() + r0 * in->k, static_cast<size_t>(n * in->k));
       std::vector<float> tmp;
       switch (fault) {
         case Fault::SwappedNibbles:
         case Fault::WrongScaleBlock:
         case Fault::MissingGlobalScale:
         case Fault::SkippedTailBlock:
-          b.linear(in->faulty, x, n, out);
+          b.linear(d.weight(in->faulty), x, n, out);
           return true;
         case Fault::Fp16Accumulation:
         case Fault::BatchDependentOrder:
@@ -148,7 +149,7 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
           stage(b, out, tmp.data(), n * in->m);
           return true;
         default:
-          b.linear(nvfp4 ? in->nv.view() : in->bf.view(), x, n, out);
+          b.linear(d.weight(nvfp4 ? in->nv.view() : in->bf.view()), x, n, out);
           return true;
       }
     };
@@ -235,7 +236,8 @@ std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault fault) {
                     faulty->scales.begin() + (o + 1) * bpr);
     }
     c.run = [faulty](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.dequantize(faulty->view(), r0, n, out);
+      DeviceCopies d(b);
+      b.dequantize(d.weight(faulty->view()), r0, n, out);
       return true;
     };
     cases.push_back(std::move(c));

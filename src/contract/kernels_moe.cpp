@@ -1,5 +1,6 @@
 // Mixture of experts: routing, the routed experts as one call, and the expert combine.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <numeric>
 
@@ -87,8 +88,13 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
       const int64_t k = fault == Fault::OffByOneTopk ? sh.k + 1 : sh.k;
       IntOut idx(n * k);
       std::vector<float> w(static_cast<size_t>(n * k), std::numeric_limits<float>::quiet_NaN());
-      b.route_topk(logits->data() + r0 * stride, n, stride, column->data(), orig->data(), sh.stored,
-                   k, sh.norm, idx.data(), w.data());
+      {
+        DeviceCopies d(b);
+        int32_t* idx_dev = d.output(idx.buf.data(), idx.buf.size()) + 8;
+        b.route_topk(d.in(*logits) + r0 * stride, n, stride, d.in(*column), d.in(*orig), sh.stored,
+                     k, sh.norm, idx_dev, d.output(w.data(), w.size()));
+        d.finish();
+      }
       std::vector<float> host(static_cast<size_t>(n * 2 * sh.k));
       for (int64_t r = 0; r < n; ++r)
         for (int64_t j = 0; j < sh.k; ++j) {
@@ -143,7 +149,8 @@ std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault) {
       std::vector<float> wt(w->begin() + r0 * k, w->begin() + (r0 + n) * k);
       if (fault == Fault::NeighbourRankWeight)
         for (int64_t r = 0; r < n; ++r) std::rotate(&wt[r * k], &wt[r * k + 1], &wt[r * k] + k);
-      b.expert_combine(e->data() + r0 * k * dim, wt.data(), n, k, dim, out);
+      DeviceCopies d(b);
+      b.expert_combine(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -263,16 +270,27 @@ std::vector<KernelCase> moe_experts_cases(uint64_t seed, Fault fault) {
     c.nmse_limit = 32.0 * double(H + I) * kU32 * kU32 + 4 * std::ldexp(1.0, -36);
     c.input_norms = {l2(*x), l2(experts->front().w(0, sh.nvfp4)),
                      l2(experts->front().w(2, sh.nvfp4))};
-    c.run = [experts, views, x, index, sh, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+    // The expert weights made resident on each backend once per case (a GPU copies them): the
+    // backend keeps a table of each expert array's pointers, so the array and its weights must
+    // stay the same for every call of the case.
+    auto resident = std::make_shared<std::map<const Backend*, std::vector<ExpertWeights>>>();
+    c.run = [experts, views, resident, x, index, sh, fault](Backend& b, int64_t r0, int64_t n,
+                                                            float* out) {
       const int64_t H = sh.hidden, I = sh.inter, k = sh.k;
       std::vector<int32_t> idx(index->begin() + r0 * k, index->begin() + (r0 + n) * k);
       if (fault == Fault::NeighbourExpert)
         for (int64_t r = 0; r < n; ++r) idx[r * k + k - 1] = (idx[r * k + k - 1] + 1) % sh.stored;
       const float* xr = x->data() + r0 * H;
       if (fault != Fault::SharedExpertOrder) {
-        std::vector<float> ws(
+        std::vector<ExpertWeights>& dev = (*resident)[&b];
+        if (dev.empty())
+          for (const ExpertWeights& e : *views)
+            dev.push_back({b.resident(e.gate), b.resident(e.up), b.resident(e.down)});
+        const std::vector<float> ws(
             static_cast<size_t>(Backend::moe_workspace_floats(n, k, H, I, sh.stored)));
-        b.moe_experts(views->data(), sh.stored, xr, n, H, idx.data(), k, sh.slots, out, ws.data());
+        DeviceCopies d(b);
+        b.moe_experts(dev.data(), sh.stored, d.in(xr, size_t(n * H)), n, H, d.in(idx), k, sh.slots,
+                      out, d.in(ws));
         return true;
       }
       // A faulty kernel whose float32 reductions run backwards when more than one row shares an
@@ -338,11 +356,14 @@ Limit moe_experts_limit() {
     std::vector<float> x = rng.normals(rows * H), out(rows * k * H);
     std::vector<int32_t> index(rows * k);
     for (int64_t p = 0; p < rows * k; ++p) index[p] = static_cast<int32_t>(p * 4 + 1);
-    std::vector<float> ws(
+    const std::vector<float> ws(
         static_cast<size_t>(Backend::moe_workspace_floats(rows, k, H, I, stored)));
+    DeviceCopies d(b);
+    const float* xd = d.in(x);
+    const int32_t* indexd = d.in(index);
+    float *outd = d.in(out), *wsd = d.in(ws);
     return median_seconds(7, [&] {
-      b.moe_experts(experts.data(), stored, x.data(), rows, H, index.data(), k, k, out.data(),
-                    ws.data());
+      b.moe_experts(experts.data(), stored, xd, rows, H, indexd, k, k, outd, wsd);
       b.synchronize();
     });
   };
@@ -362,8 +383,14 @@ Limit small_kernel_limit(const char* kernel) {
       std::vector<float> lg = rng.normals(256), w(16);
       std::vector<int32_t> col(128), idx(16);
       std::iota(col.begin(), col.end(), 0);
+      DeviceCopies d(b);
+      const float* lgd = d.in(lg);
+      const int32_t* cold = d.in(col);
+      int32_t* idxd = d.in(idx);
+      float* wd = d.in(w);
       return median_seconds(21, [&] {
-        b.route_topk(lg.data(), 2, 128, col.data(), col.data(), 128, 8, true, idx.data(), w.data());
+        b.route_topk(lgd, 2, 128, cold, cold, 128, 8, true, idxd, wd);
+        b.synchronize();
       });
     };
   } else if (name == "expert_combine") {
@@ -372,8 +399,13 @@ Limit small_kernel_limit(const char* kernel) {
     l.time_call = [](Backend& b) {
       Rng rng(9);
       std::vector<float> e = rng.normals(2 * 8 * 2048), w = rng.normals(16), y(2 * 2048);
-      return median_seconds(21,
-                            [&] { b.expert_combine(e.data(), w.data(), 2, 8, 2048, y.data()); });
+      DeviceCopies d(b);
+      const float *ed = d.in(e), *wd = d.in(w);
+      float* yd = d.in(y);
+      return median_seconds(21, [&] {
+        b.expert_combine(ed, wd, 2, 8, 2048, yd);
+        b.synchronize();
+      });
     };
   } else if (name == "embed_sum") {
     l.size = "rows=2 ids=8 dim=2048";
@@ -384,7 +416,14 @@ Limit small_kernel_limit(const char* kernel) {
       std::vector<int32_t> ids(16);
       for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i * 3 % 64);
       std::vector<float> o(2 * 2048);
-      return median_seconds(21, [&] { b.embed_sum(t.data(), 2048, ids.data(), 2, 8, o.data()); });
+      DeviceCopies d(b);
+      const uint16_t* td = d.in(t);
+      const int32_t* idsd = d.in(ids);
+      float* od = d.in(o);
+      return median_seconds(21, [&] {
+        b.embed_sum(td, 2048, idsd, 2, 8, od);
+        b.synchronize();
+      });
     };
   } else if (name == "vq_encode" || name == "vq_decode") {
     l.size = "codebook=2048x256 n=8";
@@ -395,11 +434,16 @@ Limit small_kernel_limit(const char* kernel) {
       Rng rng(9);
       std::vector<float> cb = rng.normals(2048 * 256), x = rng.normals(8 * 256), o(8 * 256);
       std::vector<int32_t> codes(8, 5);
+      DeviceCopies d(b);
+      const float *cbd = d.in(cb), *xd = d.in(x);
+      float* od = d.in(o);
+      int32_t* codesd = d.in(codes);
       return median_seconds(9, [&] {
         if (encode)
-          b.vq_encode(cb.data(), 2048, 256, x.data(), 8, codes.data());
+          b.vq_encode(cbd, 2048, 256, xd, 8, codesd);
         else
-          b.vq_decode(cb.data(), 256, codes.data(), 8, o.data());
+          b.vq_decode(cbd, 256, codesd, 8, od);
+        b.synchronize();
       });
     };
   }

@@ -100,7 +100,8 @@ std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault fault) {
       if (fault == Fault::GammaOnWrongBranch)
         for (GuidanceRow& g : t)
           if (g.uncond_row >= 0) std::swap(g.cond_row, g.uncond_row);
-      b.guidance_combine(logits->data(), vocab, t.data(), n, out);
+      DeviceCopies d(b);
+      b.guidance_combine(d.in(*logits), vocab, d.in(t), n, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -118,8 +119,13 @@ bool run_sample_rows(Backend& b, const std::vector<float>& logits, int64_t vocab
                      int64_t cb, int64_t K, int64_t r0, int64_t n, float* out) {
   IntOut codes(n * (K + 1));
   for (int64_t r = 0; r < n; ++r) codes.data()[r * (K + 1) + K] = preset_flags[r0 + r];
-  b.sample_rows(logits.data() + r0 * vocab, vocab, rows.data() + r0, n, cb, codes.data() + cb,
-                codes.data() + K, K + 1);
+  {
+    DeviceCopies d(b);
+    int32_t* codes_dev = d.output(codes.buf.data(), codes.buf.size()) + 8;
+    b.sample_rows(d.in(logits.data() + r0 * vocab, size_t(n * vocab)), vocab,
+                  d.in(rows.data() + r0, size_t(n)), n, cb, codes_dev + cb, codes_dev + K, K + 1);
+    d.finish();
+  }
   bool untouched = codes.guards_ok();
   std::vector<float> host(static_cast<size_t>(2 * n));
   for (int64_t r = 0; r < n; ++r) {
@@ -369,9 +375,12 @@ Limit sample_rows_limit() {
     std::vector<float> lg = rng.normals(rows * vocab);
     std::vector<SampleRow> p(rows, SampleRow{0.9f, 50, 1.0f, 0, 1, 2});
     for (int64_t r = 0; r < rows; ++r) p[r].seed = uint64_t(r);
-    std::vector<int32_t> codes(rows * 9, 0);
+    DeviceCopies d(b);
+    const float* lgd = d.in(lg);
+    const SampleRow* pd = d.in(p);
+    int32_t* codes = d.in(std::vector<int32_t>(rows * 9, 0));
     return median_seconds(21, [&] {
-      b.sample_rows(lg.data(), vocab, p.data(), rows, 3, codes.data() + 3, codes.data() + 8, 9);
+      b.sample_rows(lgd, vocab, pd, rows, 3, codes + 3, codes + 8, 9);
       b.synchronize();
     });
   };

@@ -56,10 +56,12 @@ std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault fault) {
         for (int64_t r = 0; r < n; ++r)
           shorter.insert(shorter.end(), ids->begin() + (r0 + r) * per,
                          ids->begin() + (r0 + r + 1) * per - 1);
-        b.embed_sum(table->data(), dim, shorter.data(), n, per - 1, out);
+        DeviceCopies d(b);
+        b.embed_sum(d.in(*table), dim, d.in(shorter), n, per - 1, out);
         return true;
       }
-      b.embed_sum(table->data(), dim, ids->data() + r0 * per, n, per, out);
+      DeviceCopies d(b);
+      b.embed_sum(d.in(*table), dim, d.in(*ids) + r0 * per, n, per, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -99,7 +101,8 @@ std::vector<KernelCase> rms_norm_cases(uint64_t seed, Fault fault) {
     c.atol.assign(c.reference.size(), 0.0);
     c.input_norms = {l2(*x), l2(wf)};
     c.run = [x, w, dim, eps, fault](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.rms_norm(x->data() + r0 * dim, w->data(), n, dim, static_cast<float>(eps), out);
+      DeviceCopies d(b);
+      b.rms_norm(d.in(*x) + r0 * dim, d.in(*w), n, dim, static_cast<float>(eps), out);
       if (fault == Fault::Unwritten) {
         const float nan = std::numeric_limits<float>::quiet_NaN();
         b.upload(out + n * dim - 1, &nan, sizeof nan);  // as if the last element were skipped
@@ -150,7 +153,8 @@ std::vector<KernelCase> rope_cases(uint64_t seed, Fault fault) {
       const int64_t per = heads * hd;
       stage(b, out, x->data() + r0 * per, n * per);
       if (fault != Fault::WrongRotaryPair) {
-        b.rope(out, n, heads, hd, pos->data() + r0, static_cast<float>(theta));
+        DeviceCopies d(b);
+        b.rope(out, n, heads, hd, d.in(*pos) + r0, static_cast<float>(theta));
         return true;
       }
       std::vector<float> y(x->begin() + r0 * per, x->begin() + (r0 + n) * per);
@@ -282,8 +286,9 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault fault) {
         (*row0)[r] = static_cast<int32_t>(((*row0)[r] / cap + 1) % slots * cap);
     const bool table = sh.table || fault == Fault::NeighbourCache;
     c.run = [q, k, v, pos, row0, sh, window, table](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.attention(q->data() + r0 * sh.nh * sh.hd, n, pos->data() + r0,
-                  table ? row0->data() + r0 : nullptr, k->data(), v->data(), sh.nh, sh.nkv, sh.hd,
+      DeviceCopies d(b);
+      b.attention(d.in(*q) + r0 * sh.nh * sh.hd, n, d.in(*pos) + r0,
+                  table ? d.in(*row0) + r0 : nullptr, d.in(*k), d.in(*v), sh.nh, sh.nkv, sh.hd,
                   window, out);
       return true;
     };
@@ -321,14 +326,15 @@ std::vector<KernelCase> sigmoid_cases(uint64_t seed, Fault fault) {
     c.atol.assign(c.reference.size(), 0.0);
     c.input_norms = {l2(*x)};
     c.run = [x, len, fault, f16](Backend& b, int64_t r0, int64_t rows_n, float* out) {
-      const float* in = x->data() + r0 * len;
       if (fault == Fault::Fp16Intermediates) {
+        const float* in = x->data() + r0 * len;
         std::vector<float> y(static_cast<size_t>(rows_n * len));
         for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(f16(in[i]));
         stage(b, out, y.data(), rows_n * len);
         return true;
       }
-      b.sigmoid(in, rows_n * len, out);
+      DeviceCopies d(b);
+      b.sigmoid(d.in(*x) + r0 * len, rows_n * len, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -369,7 +375,8 @@ std::vector<KernelCase> swiglu_cases(uint64_t seed, Fault fault) {
       stage(b, out, y.data(), rows * kSliceLen);
       return true;
     }
-    b.swiglu(g->data() + r0 * kSliceLen, u->data() + r0 * kSliceLen, rows * kSliceLen, out);
+    DeviceCopies d(b);
+    b.swiglu(d.in(*g) + r0 * kSliceLen, d.in(*u) + r0 * kSliceLen, rows * kSliceLen, out);
     return true;
   };
   return {c};
@@ -406,7 +413,8 @@ std::vector<KernelCase> add_cases(uint64_t seed, Fault fault) {
       return true;
     }
     stage(b, out, y->data() + r0 * kSliceLen, n);
-    b.add(x->data() + r0 * kSliceLen, n, out);
+    DeviceCopies d(b);
+    b.add(d.in(*x) + r0 * kSliceLen, n, out);
     return true;
   };
   return {c};
@@ -424,9 +432,13 @@ Limit attention_limit() {
     Rng rng(3);
     std::vector<float> q = rng.normals(nh * hd), k = rng.normals(cap * nkv * hd),
                        v = rng.normals(cap * nkv * hd), o(nh * hd);
-    const int32_t pos = cap - 1;
+    const std::vector<int32_t> pos = {static_cast<int32_t>(cap - 1)};
+    DeviceCopies d(b);
+    const float *qd = d.in(q), *kd = d.in(k), *vd = d.in(v);
+    const int32_t* pd = d.in(pos);
+    float* od = d.output(o.data(), o.size());
     return median_seconds(7, [&] {
-      b.attention(q.data(), 1, &pos, nullptr, k.data(), v.data(), nh, nkv, hd, 0, o.data());
+      b.attention(qd, 1, pd, nullptr, kd, vd, nh, nkv, hd, 0, od);
       b.synchronize();
     });
   };
@@ -453,32 +465,32 @@ Limit elementwise_limit(const char* kernel) {
   l.floor_s = 2e-4;
   l.time_call = [=](Backend& b) {
     Rng rng(5);
-    std::vector<float> x = rng.normals(n, 1.0, 0.5), y = rng.normals(n), o(n);
-    const std::vector<uint16_t> w = to_bf16_vec(rng.normals(1024, 1.0, 0.1));
+    std::vector<float> xh = rng.normals(n, 1.0, 0.5), yh = rng.normals(n), oh(n);
+    const std::vector<uint16_t> wh = to_bf16_vec(rng.normals(1024, 1.0, 0.1));
+    const std::vector<int32_t> posh(n / 1024, 77);
+    DeviceCopies d(b);
+    const float *x = d.in(xh), *y = d.in(yh);
+    const uint16_t* w = d.in(wh);
+    const int32_t* pos = d.in(posh);
+    float* o = d.in(oh);
+    const std::vector<GuidanceRow> guidance_host = {{0, 1, 1.5f}, {1, 0, 1.5f}};
+    const GuidanceRow* guidance_rows = d.in(guidance_host);
+    const std::vector<SampleRow> greedy_host = {SampleRow{0.0f, 0, 1.0f, 0, 0, 0}};
+    const SampleRow* greedy = d.in(greedy_host);
+    int32_t* id_flag = d.in(std::vector<int32_t>{0, 0});
     return median_seconds(5, [&] {
-      if (name == "swiglu") b.swiglu(x.data(), y.data(), n, o.data());
-      if (name == "add") b.add(x.data(), n, o.data());
-      if (name == "sigmoid") b.sigmoid(x.data(), n, o.data());
-      if (name == "elu") b.elu(x.data(), n, 1.0f, o.data());
-      if (name == "gelu") b.gelu(x.data(), n, o.data());
-      if (name == "guidance_combine") {
-        // Two rows of n / 2 logits combined into one, twice over (n elements read in all).
-        const GuidanceRow rows[2] = {{0, 1, 1.5f}, {1, 0, 1.5f}};
-        b.guidance_combine(x.data(), n / 2, rows, 2, o.data());
-      }
-      if (name == "rms_norm") b.rms_norm(x.data(), w.data(), n / 1024, 1024, 1e-6f, o.data());
-      if (name == "scale_rows") b.scale_rows(x.data(), y.data(), n / 1024, 1024, o.data());
-      if (name == "non_finite_guard") {
-        const SampleRow greedy{0.0f, 0, 1.0f, 0, 0, 0};
-        int32_t id = 0, flag = 0;
-        b.sample_rows(x.data(), n, &greedy, 1, 0, &id, &flag, 1);
-      }
-      if (name == "layer_norm")
-        b.layer_norm(x.data(), y.data(), y.data() + 1024, n / 1024, 1024, 1e-5f, o.data());
-      if (name == "rope") {
-        std::vector<int32_t> pos(n / 1024, 77);
-        b.rope(o.data(), n / 1024, 8, 128, pos.data(), 1e6f);
-      }
+      if (name == "swiglu") b.swiglu(x, y, n, o);
+      if (name == "add") b.add(x, n, o);
+      if (name == "sigmoid") b.sigmoid(x, n, o);
+      if (name == "elu") b.elu(x, n, 1.0f, o);
+      if (name == "gelu") b.gelu(x, n, o);
+      // Two rows of n / 2 logits combined into one, twice over (n elements read in all).
+      if (name == "guidance_combine") b.guidance_combine(x, n / 2, guidance_rows, 2, o);
+      if (name == "rms_norm") b.rms_norm(x, w, n / 1024, 1024, 1e-6f, o);
+      if (name == "scale_rows") b.scale_rows(x, y, n / 1024, 1024, o);
+      if (name == "non_finite_guard") b.sample_rows(x, n, greedy, 1, 0, id_flag, id_flag + 1, 1);
+      if (name == "layer_norm") b.layer_norm(x, y, y + 1024, n / 1024, 1024, 1e-5f, o);
+      if (name == "rope") b.rope(o, n / 1024, 8, 128, pos, 1e6f);
       b.synchronize();
     });
   };

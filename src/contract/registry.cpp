@@ -1,4 +1,4 @@
-// The CPU registry: every kernel of backend.h with its cases, tolerance reasoning and limit, and
+// The registry: every kernel of backend.h with its cases, tolerance reasoning and limit, and
 // the planted controls (spec contract.md).
 #include <algorithm>
 
@@ -31,7 +31,7 @@ Control planted(const char* name, const char* kernel, Builder b, Fault f, int ex
 
 }  // namespace
 
-Registry cpu_registry() {
+Registry kernel_registry() {
   Registry r;
   r.kernels = {
       kernel("copy_2d", "copy", "exact: a copy (block, transpose, broadcast); gaps untouched",
@@ -169,7 +169,7 @@ std::string backend_method(const std::string& kernel) {
 
 std::vector<std::string> covered_backend_methods() {
   std::vector<std::string> names;
-  for (const KernelSpec& k : cpu_registry().kernels) {
+  for (const KernelSpec& k : kernel_registry().kernels) {
     const std::string n = backend_method(k.name);
     if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
   }

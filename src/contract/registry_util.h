@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -70,6 +71,61 @@ inline std::vector<uint16_t> to_bf16_vec(const std::vector<float>& v) {
 inline void stage(Backend& b, float* dst, const float* src, int64_t n) {
   b.upload(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
+
+// The host inputs of one kernel call copied into the backend's memory, so that every backend
+// gets the kind of pointer the model passes it (device memory on a GPU, fresh host copies on the
+// CPU). Outputs made with `output` are read back into their host buffers by finish(). The
+// destructor waits for the backend before freeing anything.
+class DeviceCopies {
+ public:
+  explicit DeviceCopies(Backend& b) : b_(b) {}
+  ~DeviceCopies() { b_.synchronize(); }
+  DeviceCopies(const DeviceCopies&) = delete;
+  DeviceCopies& operator=(const DeviceCopies&) = delete;
+
+  template <typename T>
+  T* in(const T* host, size_t count) {
+    auto buf = b_.alloc(std::max<size_t>(count, 1) * sizeof(T));
+    if (count) b_.upload(buf->data(), host, count * sizeof(T));
+    buffers_.push_back(std::move(buf));
+    return static_cast<T*>(buffers_.back()->data());
+  }
+  template <typename T>
+  T* in(const std::vector<T>& v) {
+    return in(v.data(), v.size());
+  }
+  // A copy of host[0, count) on the backend that finish() copies back into host.
+  template <typename T>
+  T* output(T* host, size_t count) {
+    T* dev = in(static_cast<const T*>(host), count);
+    back_.push_back({host, dev, count * sizeof(T)});
+    return dev;
+  }
+  LinearWeight weight(const LinearWeight& host) {
+    LinearWeight w = host;
+    if (host.format == WeightFormat::NVFP4) {
+      w.data = in(static_cast<const uint8_t*>(host.data), size_t(host.out * host.in / 2));
+      w.scales = in(host.scales, size_t(host.out * host.in / 16));
+    } else {
+      w.data = in(static_cast<const uint16_t*>(host.data), size_t(host.out * host.in));
+    }
+    return w;
+  }
+  void finish() {
+    for (const Back& b : back_) b_.download(b.host, b.dev, b.bytes);
+    back_.clear();
+  }
+
+ private:
+  struct Back {
+    void* host;
+    const void* dev;
+    size_t bytes;
+  };
+  Backend& b_;
+  std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
+  std::vector<Back> back_;
+};
 
 // An NVFP4 weight with its exact dequantized values.
 struct Nvfp4Matrix {
