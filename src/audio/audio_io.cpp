@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "audio/encode_stream.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -215,7 +216,9 @@ AudioFormat audio_format_from_name(const std::string& name, const std::string& w
   if (name == "wav") return AudioFormat::Wav;
   if (name == "flac") return AudioFormat::Flac;
   if (name == "pcm" || name == "raw") return AudioFormat::Pcm;
-  throw UsageError(what + " must be wav, flac or pcm, not '" + name + "'.");
+  if (name == "mp3") return AudioFormat::Mp3;
+  if (name == "opus") return AudioFormat::Opus;
+  throw UsageError(what + " must be wav, flac, pcm, mp3 or opus, not '" + name + "'.");
 }
 
 AudioFormat audio_format_from_path(const std::filesystem::path& path) {
@@ -225,7 +228,7 @@ AudioFormat audio_format_from_path(const std::filesystem::path& path) {
                  [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
   if (ext.empty())
     throw UsageError(path.string() +
-                     ": no file extension; name it .wav, .flac or .pcm, or pass "
+                     ": no file extension; name it .wav, .flac, .pcm, .mp3 or .opus, or pass "
                      "--format.");
   return audio_format_from_name(ext, path.string() + ": the extension");
 }
@@ -238,6 +241,10 @@ const char* audio_content_type(AudioFormat format) {
       return "audio/flac";
     case AudioFormat::Pcm:
       return "audio/pcm";
+    case AudioFormat::Mp3:
+      return "audio/mpeg";
+    case AudioFormat::Opus:
+      return "audio/ogg";
   }
   return "application/octet-stream";
 }
@@ -300,6 +307,12 @@ std::vector<uint8_t> encode_audio(std::span<const float> pcm, int64_t sample_rat
   if (format == AudioFormat::Wav) {
     out = wav_header(sample_rate, static_cast<int64_t>(pcm.size()));
     append_s16le(pcm, out);
+    return out;
+  }
+  if (format == AudioFormat::Mp3 || format == AudioFormat::Opus) {
+    auto encoder = make_stream_encoder(format, sample_rate);
+    encoder->push(pcm, out);
+    encoder->finish(out);
     return out;
   }
   // FLAC through libsndfile, fed the same 16-bit samples as WAV.

@@ -35,13 +35,14 @@ std::vector<float> load_audio_at_rate(const std::filesystem::path& path, int64_t
 std::vector<float> load_audio_at_rate(std::span<const uint8_t> bytes, const std::string& label,
                                       int64_t rate);
 
-enum class AudioFormat { Wav, Flac, Pcm };
+enum class AudioFormat { Wav, Flac, Pcm, Mp3, Opus };
 
-// "wav", "flac", "pcm" (also "raw"); anything else is a UsageError naming `what`.
+// "wav", "flac", "pcm" (also "raw"), "mp3", "opus"; anything else is a UsageError naming `what`.
 AudioFormat audio_format_from_name(const std::string& name, const std::string& what);
-// From a file extension (.wav .flac .pcm .raw); throws UsageError otherwise.
+// From a file extension (.wav .flac .pcm .raw .mp3 .opus); throws UsageError otherwise.
 AudioFormat audio_format_from_path(const std::filesystem::path& path);
-const char* audio_content_type(AudioFormat format);  // audio/wav, audio/flac, audio/pcm
+// audio/wav, audio/flac, audio/pcm, audio/mpeg, audio/ogg
+const char* audio_content_type(AudioFormat format);
 
 // float -> 16-bit: clamp(lrint(x * 32767), -32768, 32767); NaN becomes 0.
 int16_t float_to_s16(float x);
@@ -54,7 +55,7 @@ inline std::vector<uint8_t> streaming_wav_header(int64_t sample_rate) {
   return wav_header(sample_rate, -1);
 }
 
-// A whole file in `format` (16-bit mono).
+// A whole file in `format` (16-bit mono; MP3 and Opus through encode_stream.h's encoders).
 std::vector<uint8_t> encode_audio(std::span<const float> pcm, int64_t sample_rate,
                                   AudioFormat format);
 // Writes atomically (nothing is left behind on failure).

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <string>
+
+#include "backend/backend.h"
 
 namespace drama::cli {
 
@@ -11,5 +14,10 @@ void register_bench_gemv(CLI::App& bench, std::function<int()>& run);
 void register_bench_decode(CLI::App& bench, std::function<int()>& run);
 void register_bench_codec(CLI::App& bench, std::function<int()>& run);
 void register_bench_verify(CLI::App& bench, std::function<int()>& run);
+
+// `bench decode --synthetic CONFIG` (bench_synthetic.cpp): the backbone step on random weights of
+// the config's geometry built in the backend's memory.
+int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend,
+                         int64_t steps, int repeats, const std::string& json_path);
 
 }  // namespace drama::cli

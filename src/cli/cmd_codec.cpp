@@ -7,6 +7,7 @@
 
 #include "audio/audio_io.h"
 #include "cli/commands.h"
+#include "cli/weights_options.h"
 #include "codec/codec_cli.h"
 #include "codec/mimi.h"
 #include "codec/voice_writer.h"
@@ -18,20 +19,9 @@ namespace drama::cli {
 namespace {
 
 struct CodecArgs {
-  CodecCliOptions codec;
+  CodecWeightsOptions codec;
   std::string input, output, format;
 };
-
-void add_codec_options(CLI::App& sub, CodecCliOptions& o) {
-  sub.add_option("--checkpoint", o.checkpoint, "checkpoint directory (its codec/ is used)");
-  sub.add_option("--codec", o.codec_dir, "codec directory (config.json + model.safetensors)");
-  sub.add_option("--num-codebooks", o.num_codebooks,
-                 "codebooks per frame (default: the checkpoint's audio.num_codebooks)")
-      ->check(CLI::PositiveNumber);
-  sub.add_option("--backend", o.backend.kind, "auto, cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  sub.add_option("--threads", o.backend.threads, "CPU threads (0 = all cores)");
-}
 
 }  // namespace
 
@@ -43,10 +33,11 @@ void register_codec(CLI::App& app, Runner& run) {
   auto* encode = codec->add_subcommand("encode", "Audio (WAV/FLAC, any rate) -> codes file");
   encode->add_option("AUDIO", enc->input, "input audio")->required();
   encode->add_option("-o,--output", enc->output, "codes file to write")->required();
-  add_codec_options(*encode, enc->codec);
-  encode->callback([&run, enc] {
-    run = [enc] {
-      LoadedCodec lc = load_codec_for_cli(enc->codec);
+  add_codec_weights_options(*encode, enc->codec);
+  encode->callback([&run, enc, encode] {
+    run = [enc, encode] {
+      CodecForCli loaded = load_codec_checked(*encode, enc->codec);
+      LoadedCodec& lc = loaded.codec;
       const DecodedAudio audio = read_audio_file(enc->input);
       if (audio.mono.empty()) throw Error(enc->input + ": the audio holds no samples.");
       const std::vector<float> pcm =
@@ -67,19 +58,23 @@ void register_codec(CLI::App& app, Runner& run) {
   });
 
   auto dec = std::make_shared<CodecArgs>();
-  auto* decode = codec->add_subcommand("decode", "Codes file -> audio (wav, flac or pcm)");
+  auto* decode =
+      codec->add_subcommand("decode", "Codes file -> audio (wav, flac, pcm, mp3 or opus)");
   decode->add_option("CODES", dec->input, "codes file (drama-codes/1)")->required();
   decode->add_option("-o,--output", dec->output, "audio file to write")->required();
-  decode->add_option("--format", dec->format, "wav, flac or pcm (default: from the extension)")
-      ->check(CLI::IsMember({"wav", "flac", "pcm"}));
-  add_codec_options(*decode, dec->codec);
-  decode->callback([&run, dec] {
-    run = [dec] {
+  decode
+      ->add_option("--format", dec->format,
+                   "wav, flac, pcm, mp3 or opus (default: from the extension)")
+      ->check(CLI::IsMember({"wav", "flac", "pcm", "mp3", "opus"}));
+  add_codec_weights_options(*decode, dec->codec);
+  decode->callback([&run, dec, decode] {
+    run = [dec, decode] {
       const AudioFormat format = dec->format.empty()
                                      ? audio_format_from_path(dec->output)
                                      : audio_format_from_name(dec->format, "--format");
       const Voice codes = read_codes(dec->input);
-      LoadedCodec lc = load_codec_for_cli(dec->codec, codes.num_codebooks);
+      CodecForCli loaded = load_codec_checked(*decode, dec->codec, codes.num_codebooks);
+      LoadedCodec& lc = loaded.codec;
       check_codes_match_codec(codes, *lc.model, lc.num_codebooks, dec->input);
       const std::vector<float> pcm =
           lc.model->decode(codes.codes, codes.frames, codes.num_codebooks);

@@ -6,19 +6,26 @@
 
 #include <atomic>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/weights_options.h"
 #include "engine/engine.h"
+#include "server/auth.h"
 #include "server/request_log.h"
+#include "server/speech_request.h"
 #include "server/speech_server.h"
 #include "util/error.h"
 
 namespace drama::cli {
 
 namespace {
+
+// The default lanes, chosen by measurement on the default model (docs/server.md, "Lanes").
+constexpr int kDefaultLanes = 4;
 
 struct ServeOptions {
   WeightsOptions weights;
@@ -29,15 +36,29 @@ struct ServeOptions {
   bool request_gamma = false;
   std::string voices;
   int max_queue = 4;
-  int lanes = 1;
+  int lanes = kDefaultLanes;
   int read_timeout_s = 10;
+  std::string api_key, api_key_file;
+  std::vector<std::string> voice_aliases;
 };
 
-int run_serve(const ServeOptions& o) {
-  if (o.lanes != 1) {
-    throw UsageError("--lanes: only 1 lane is supported in this version (got " +
-                     std::to_string(o.lanes) + ")");
+// --voice-alias NAME=ID, both voice ids ([A-Za-z0-9_-]{1,64}).
+std::map<std::string, std::string> parse_voice_aliases(const std::vector<std::string>& specs) {
+  std::map<std::string, std::string> out;
+  for (const auto& spec : specs) {
+    const auto eq = spec.find('=');
+    const std::string name = eq == std::string::npos ? "" : spec.substr(0, eq);
+    const std::string id = eq == std::string::npos ? "" : spec.substr(eq + 1);
+    if (!server::is_valid_voice_id(name) || !server::is_valid_voice_id(id))
+      throw UsageError("--voice-alias " + spec +
+                       ": expected NAME=ID, both 1 to 64 characters from [A-Za-z0-9_-]");
+    if (!out.emplace(name, id).second)
+      throw UsageError("--voice-alias " + name + " is given twice");
   }
+  return out;
+}
+
+int run_serve(const ServeOptions& o) {
   // Signals are taken by one thread through sigwait; every thread started from here on
   // (engine pools, HTTP workers) inherits the blocked mask.
   sigset_t stop_signals;
@@ -52,11 +73,15 @@ int run_serve(const ServeOptions& o) {
   // for the same 35 MiB after 200).
   mallopt(M_ARENA_MAX, 2);
 
+  // Option mistakes are refused before the checkpoint loads.
+  const std::optional<std::string> api_key = server::resolve_api_key(o.api_key, o.api_key_file);
+  const auto voice_aliases = parse_voice_aliases(o.voice_aliases);
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
   EngineOptions eo;
   eo.backend = o.weights.backend;
   eo.weights = o.weights.residency();
   eo.default_cfg = o.cfg == "separate" ? CfgMode::Separate : CfgMode::Paired;
+  eo.lanes = o.lanes;
   std::unique_ptr<Engine> engine = load_engine(resolved.dir, eo);
 
   server::ServerOptions so;
@@ -70,6 +95,8 @@ int run_serve(const ServeOptions& o) {
   so.max_queue = o.max_queue;
   so.provenance = resolved.provenance;
   so.read_timeout_s = o.read_timeout_s;
+  so.api_key = api_key;
+  so.voice_aliases = voice_aliases;
   server::SpeechServer server(*engine, so);
   int port = server.bind();
 
@@ -89,6 +116,11 @@ int run_serve(const ServeOptions& o) {
   server::log_info("model " + engine->model_name() + " (" + resolved.provenance + ") on " +
                    engine->backend_name() + ", cfg " + o.cfg + ", gamma " +
                    std::to_string(so.gamma) + (so.request_gamma ? ", request gamma allowed" : ""));
+  if (!api_key && !server::is_loopback_host(o.host))
+    server::log_warning("listening on " + o.host +
+                        " beyond loopback without an API key: anyone who can reach the port can "
+                        "synthesize and add or delete voices (set --api-key, --api-key-file or "
+                        "DRAMA_API_KEY)");
   std::printf("drama serve: listening on http://%s:%d\n", o.host.c_str(), port);
   std::fflush(stdout);
   server.run();
@@ -104,22 +136,37 @@ void register_serve(CLI::App& app, Runner& run) {
   auto o = std::make_shared<ServeOptions>();
   auto* sub = app.add_subcommand("serve", "Serve the OpenAI-compatible speech API");
   add_weights_options(*sub, o->weights);
-  sub->add_option("--host", o->host, "Address to listen on");
+  sub->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", o->port, "Port to listen on (0 = pick a free one, printed)")
-      ->check(CLI::Range(0, 65535));
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   sub->add_option("--cfg", o->cfg, "paired or separate guidance execution")
-      ->check(CLI::IsMember({"paired", "separate"}));
+      ->check(CLI::IsMember({"paired", "separate"}))
+      ->capture_default_str();
   sub->add_option("--gamma", o->gamma, "Guidance scale (default: the checkpoint's; 1 = none)")
       ->check(CLI::Range(0.0f, 10.0f));
   sub->add_flag("--request-gamma", o->request_gamma,
                 "Let a request set its own guidance (cfg_scale)");
   sub->add_option("--voices", o->voices, "Voices directory (default: <cache>/voices)");
   sub->add_option("--max-queue", o->max_queue, "Requests that may wait; more are refused busy")
-      ->check(CLI::Range(0, 1024));
-  sub->add_option("--lanes", o->lanes, "Concurrent generations (only 1 is supported)");
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  sub->add_option("--lanes", o->lanes,
+                  "Generations that run together in one batched step (docs/server.md)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
   sub->add_option("--read-timeout", o->read_timeout_s,
                   "Seconds a client may stall while sending a request")
-      ->check(CLI::Range(1, 3600));
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+  sub->add_option("--api-key", o->api_key,
+                  "Require Authorization: Bearer KEY on every /v1/* route (default: "
+                  "$DRAMA_API_KEY; none = open)");
+  sub->add_option("--api-key-file", o->api_key_file,
+                  "Read the API key from this file's first line");
+  sub->add_option("--voice-alias", o->voice_aliases,
+                  "NAME=ID: a request's voice NAME (e.g. OpenAI's alloy) means stored voice ID; "
+                  "repeatable");
   sub->callback([&run, o] { run = [o] { return run_serve(*o); }; });
 }
 

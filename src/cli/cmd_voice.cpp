@@ -5,6 +5,7 @@
 
 #include "audio/audio_io.h"
 #include "cli/commands.h"
+#include "cli/weights_options.h"
 #include "codec/codec_cli.h"
 #include "codec/voice_writer.h"
 #include "format/voice.h"
@@ -14,7 +15,7 @@ namespace drama::cli {
 
 namespace {
 struct VoiceArgs {
-  CodecCliOptions codec;
+  CodecWeightsOptions codec;
   std::string audio, transcript, output;
 };
 }  // namespace
@@ -28,21 +29,15 @@ void register_voice(CLI::App& app, Runner& run) {
   write->add_option("--transcript", args->transcript, "the words spoken in the reference")
       ->required();
   write->add_option("-o,--output", args->output, "voice file to write")->required();
-  write->add_option("--checkpoint", args->codec.checkpoint,
-                    "checkpoint directory (its codec/ and audio.num_codebooks are used)");
-  write->add_option("--codec", args->codec.codec_dir, "codec directory instead of a checkpoint");
-  write->add_option("--num-codebooks", args->codec.num_codebooks, "codebooks per frame")
-      ->check(CLI::PositiveNumber);
-  write->add_option("--backend", args->codec.backend.kind, "auto, cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  write->add_option("--threads", args->codec.backend.threads, "CPU threads (0 = all cores)");
-  write->callback([&run, args] {
-    run = [args] {
+  add_codec_weights_options(*write, args->codec);
+  write->callback([&run, args, write] {
+    run = [args, write] {
       if (!is_usable_transcript(args->transcript))
         throw UsageError("--transcript is empty or not valid UTF-8.");
       // Read and check the audio before loading the codec: refusals come fast.
       const DecodedAudio audio = read_audio_file(args->audio);
-      LoadedCodec lc = load_codec_for_cli(args->codec);
+      CodecForCli loaded = load_codec_checked(*write, args->codec);
+      LoadedCodec& lc = loaded.codec;
       const Voice v =
           make_voice_from_audio(*lc.model, audio, args->transcript, lc.num_codebooks, args->audio);
       write_voice(args->output, v);

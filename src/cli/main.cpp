@@ -2,6 +2,7 @@
 // stderr, exit 1 (runtime) or 2 (arguments).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "util/error.h"
@@ -10,6 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{"drama: inference engine and server for Drama-3 speech models"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for all subcommands");
+  app.set_version_flag("--version", std::string("drama ") + DRAMA_VERSION);
+  // Every option's --help line shows its default (inherited by the subcommands added below).
+  app.option_defaults()->always_capture_default();
   drama::cli::Runner run;
   drama::cli::register_serve(app, run);
   drama::cli::register_say(app, run);
@@ -27,6 +31,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "drama: %s\n", e.what());

@@ -1,9 +1,11 @@
 #include "codec/voice_writer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 
 #include "util/error.h"
+#include "util/request_rules.h"
 
 namespace drama {
 
@@ -44,23 +46,24 @@ bool is_usable_transcript(const std::string& text) {
   return false;
 }
 
+float peak_of(std::span<const float> pcm) {
+  float peak = 0.0f;
+  for (float v : pcm) peak = std::max(peak, std::fabs(v));
+  return peak;
+}
+
 Voice make_voice_from_audio(const MimiModel& codec, const DecodedAudio& audio,
                             const std::string& transcript, int64_t num_codebooks,
-                            const std::string& label, const VoiceLimits& limits) {
+                            const std::string& label) {
   if (!is_usable_transcript(transcript))
     throw Error("The transcript is empty or not valid UTF-8; a voice needs the words of " + label +
                 ".");
   if (audio.mono.empty()) throw Error(label + ": the audio holds no samples.");
-  float peak = 0.0f;
-  for (float v : audio.mono) peak = std::max(peak, std::fabs(v));
-  if (peak < limits.silence_peak) throw Error(label + ": the audio is silent.");
-  const double seconds = audio.seconds();
-  if (seconds < limits.min_seconds)
-    throw Error(label + ": the reference is " + std::to_string(seconds) +
-                " s long; it must be at least " + std::to_string(limits.min_seconds) + " s.");
-  if (seconds > limits.max_seconds)
-    throw Error(label + ": the reference is " + std::to_string(seconds) +
-                " s long; it must be at most " + std::to_string(limits.max_seconds) + " s.");
+  try {
+    rules::check_reference(audio.seconds(), peak_of(audio.mono), label + ":");
+  } catch (const rules::RuleError& e) {
+    throw Error(e.what());  // a bad file is a runtime failure of `voice write` (exit 1)
+  }
   const std::vector<float> pcm = resample_audio(audio.mono, audio.sample_rate, codec.sample_rate());
   Voice v;
   v.codes = codec.encode(pcm, num_codebooks);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "audio/audio_io.h"
@@ -12,19 +13,16 @@
 
 namespace drama {
 
-struct VoiceLimits {
-  double min_seconds = 1.0;
-  double max_seconds = 60.0;
-  // Audio whose peak stays below this (about 3 steps of 16-bit audio, -80 dBFS) is silence.
-  float silence_peak = 1e-4f;
-};
-
 // Refuses (drama::Error naming `label`) an empty or invalid-UTF-8 transcript, audio with no
-// samples, silence only, or a duration outside the limits; otherwise downmixed audio is
-// resampled to the codec rate and encoded to `num_codebooks` codebooks.
+// samples, or a reference outside rules::check_reference (silent, or not 1 to 60 s: the same
+// rule the server applies); otherwise downmixed audio is resampled to the codec rate and encoded
+// to `num_codebooks` codebooks.
 Voice make_voice_from_audio(const MimiModel& codec, const DecodedAudio& audio,
                             const std::string& transcript, int64_t num_codebooks,
-                            const std::string& label, const VoiceLimits& limits = {});
+                            const std::string& label);
+
+// The peak absolute sample (0 for no samples).
+float peak_of(std::span<const float> pcm);
 
 // Refuses codes made with another codec (codec_sha256), another codebook count than
 // `num_codebooks`, another sample/frame rate, or codes outside the codebooks.

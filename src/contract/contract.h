@@ -59,6 +59,9 @@ struct Control {
   std::string name;          // "nvfp4 swapped nibbles"
   std::string kernel;        // the kernel family it imitates
   bool expect_pass = false;  // the exact copy of the reference must pass
+  // The gate the fault is planted for (0: any). Red at another gate counts as missed: a control
+  // of gate 4 (a row depending on its neighbours) must pass gates 1-3 to prove gate 4 works.
+  int expect_gate = 0;
   std::function<std::vector<KernelCase>(uint64_t seed)> make_cases;
 };
 
@@ -67,10 +70,17 @@ struct Registry {
   std::vector<Control> controls;
 };
 
-// The CPU registry: every kernel the model and codec call (backend.h).
-Registry cpu_registry();
+// Every kernel the model and codec call (backend.h), for any backend: each case copies its inputs
+// into the backend's memory (DeviceCopies) before the call.
+Registry kernel_registry();
+// The registry the CPU backend runs (the same one; the name older tests use).
+inline Registry cpu_registry() {
+  return kernel_registry();
+}
 
-// Names of the Backend kernels each registry entry covers; a test compares them with backend.h.
+// The Backend method a registry entry checks ("linear_bf16" -> "linear").
+std::string backend_method(const std::string& kernel);
+// Names of the Backend kernels the registry covers; a test compares them with backend.h.
 std::vector<std::string> covered_backend_methods();
 
 struct Options {

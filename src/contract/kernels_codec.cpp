@@ -19,8 +19,9 @@ struct ConvShape {
 
 // conv1d: each output sums (in/groups) * kernel products plus a bias in float32:
 // gamma_{terms+1} (sum |w x| + |b|) per element; NMSE limit 32 terms u^2. Twin: float16
-// accumulation.
-std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault) {
+// accumulation. Planted fault: the last tap reads one position late (a float32 loop; past the
+// input's end it reads 0).
+std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault fault) {
   const ConvShape shapes[] = {{8, 16, 7, 1, 1, 1, 40, true}, {16, 32, 4, 2, 1, 1, 33, true},
                               {8, 8, 3, 1, 9, 1, 50, true},  {8, 8, 4, 2, 1, 8, 20, false},
                               {32, 1, 3, 1, 1, 1, 19, true}, {64, 64, 1, 1, 1, 1, 5, false}};
@@ -61,9 +62,27 @@ std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault) {
       }
     c.nmse_limit = 32 * (terms + 1) * kU32 * kU32;
     c.input_norms = {l2(*x), l2(*w)};
-    c.run = [x, w, b, sh, out_len](Backend& be, int64_t, int64_t, float* out) {
-      be.conv1d(x->data(), sh.in, sh.len, w->data(), sh.bias ? b->data() : nullptr, sh.out,
-                sh.kernel, sh.stride, sh.dilation, sh.groups, out, out_len);
+    c.run = [x, w, b, sh, out_len, fault](Backend& be, int64_t, int64_t, float* out) {
+      if (fault == Fault::ShiftedTap) {
+        const int64_t ipg = sh.in / sh.groups, opg = sh.out / sh.groups;
+        std::vector<float> y(static_cast<size_t>(sh.out * out_len));
+        for (int64_t o = 0; o < sh.out; ++o)
+          for (int64_t t = 0; t < out_len; ++t) {
+            float acc = sh.bias ? (*b)[o] : 0.0f;
+            for (int64_t ci = 0; ci < ipg; ++ci)
+              for (int64_t j = 0; j < sh.kernel; ++j) {
+                const int64_t at = t * sh.stride + j * sh.dilation + (j == sh.kernel - 1 ? 1 : 0);
+                const float xv = at < sh.len ? (*x)[((o / opg) * ipg + ci) * sh.len + at] : 0.0f;
+                acc += (*w)[(o * ipg + ci) * sh.kernel + j] * xv;
+              }
+            y[o * out_len + t] = acc;
+          }
+        stage(be, out, y.data(), sh.out * out_len);
+        return true;
+      }
+      DeviceCopies d(be);
+      be.conv1d(d.in(*x), sh.in, sh.len, d.in(*w), sh.bias ? d.in(*b) : nullptr, sh.out, sh.kernel,
+                sh.stride, sh.dilation, sh.groups, out, out_len);
       return true;
     };
     cases.push_back(std::move(c));
@@ -73,7 +92,8 @@ std::vector<KernelCase> conv1d_cases(uint64_t seed, Fault) {
 
 // conv_transpose1d: each output gathers at most (in/groups) * ceil(kernel/stride) products plus a
 // bias: gamma_{terms+1} (sum |w x| + |b|); NMSE limit 32 terms u^2. Twin: float16 accumulation.
-std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault) {
+// Planted fault: the last tap never added (the real kernel with that tap's weights zeroed).
+std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault fault) {
   const ConvShape shapes[] = {{16, 8, 16, 8, 1, 1, 5, true},
                               {8, 8, 4, 2, 1, 8, 9, false},
                               {4, 6, 3, 1, 1, 1, 7, true},
@@ -122,9 +142,13 @@ std::vector<KernelCase> conv_transpose1d_cases(uint64_t seed, Fault) {
     }
     c.nmse_limit = 32 * (terms + 1) * kU32 * kU32;
     c.input_norms = {l2(*x), l2(*w)};
-    c.run = [x, w, b, sh](Backend& be, int64_t, int64_t, float* out) {
-      be.conv_transpose1d(x->data(), sh.in, sh.len, w->data(), sh.bias ? b->data() : nullptr,
-                          sh.out, sh.kernel, sh.stride, sh.groups, out);
+    auto wk = std::make_shared<std::vector<float>>(*w);
+    if (fault == Fault::DroppedLastTap)
+      for (size_t i = sh.kernel - 1; i < wk->size(); i += sh.kernel) (*wk)[i] = 0.0f;
+    c.run = [x, wk, b, sh](Backend& be, int64_t, int64_t, float* out) {
+      DeviceCopies d(be);
+      be.conv_transpose1d(d.in(*x), sh.in, sh.len, d.in(*wk), sh.bias ? d.in(*b) : nullptr, sh.out,
+                          sh.kernel, sh.stride, sh.groups, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -154,7 +178,8 @@ KernelCase elementwise_case(
   c.input_norms = {l2(*x)};
   const int64_t re = c.row_elems;
   c.run = [x, call, re](Backend& b, int64_t r0, int64_t n, float* out) {
-    call(b, x->data() + r0 * re, n * re, out);
+    DeviceCopies d(b);
+    call(b, d.in(*x) + r0 * re, n * re, out);
     return true;
   };
   return c;
@@ -162,8 +187,9 @@ KernelCase elementwise_case(
 }  // namespace
 
 // elu: x for x > 0, else alpha (exp(x) - 1); exp(x) - 1 loses up to u exp(x) <= u absolutely near
-// zero, so |err| <= 4u alpha (x <= 0) + 2u |y|. Twin: float16 arithmetic.
-std::vector<KernelCase> elu_cases(uint64_t seed, Fault) {
+// zero, so |err| <= 4u alpha (x <= 0) + 2u |y|. Twin: float16 arithmetic. Planted fault: the
+// kernel itself in float16 arithmetic.
+std::vector<KernelCase> elu_cases(uint64_t seed, Fault fault) {
   Rng rng(seed * 73);
   auto x = std::make_shared<std::vector<float>>(rng.normals(kSliceRows * kSliceLen, 0.0, 1.5));
   const double alpha = 1.0;
@@ -175,7 +201,14 @@ std::vector<KernelCase> elu_cases(uint64_t seed, Fault) {
   return {elementwise_case(
       "n=1028 as 4 slices", x, kSliceRows, f, f16,
       [alpha](double v) { return v > 0 ? 0.0 : 4 * kU32 * alpha; }, 2 * kU32,
-      [alpha](Backend& b, const float* in, int64_t n, float* out) {
+      [alpha, f16, fault](Backend& b, const float* in, int64_t n, float* out) {
+        if (fault == Fault::Fp16Intermediates) {
+          std::vector<float> y(static_cast<size_t>(n));
+          b.download(y.data(), in, y.size() * sizeof(float));  // `in` is the backend's copy
+          for (float& v : y) v = static_cast<float>(f16(v));
+          stage(b, out, y.data(), n);
+          return;
+        }
         b.elu(in, n, static_cast<float>(alpha), out);
       })};
 }
@@ -211,8 +244,9 @@ std::vector<KernelCase> gelu_cases(uint64_t seed, Fault fault) {
 
 // layer_norm: mean and variance over dim (two sums of dim terms), sqrt, divide, scale and shift:
 // |err| <= (gamma_{2 dim} + 8u) |w| (|xhat| + 1) + 2u |b|; NMSE limit (gamma_{2 dim} + 8u)^2.
-// Twin: output rounded to float16.
-std::vector<KernelCase> layer_norm_cases(uint64_t seed, Fault) {
+// Twin: output rounded to float16. Planted fault: the variance divided by dim - 1 (the unbiased
+// estimator; a relative error of about 1 / (2 dim)).
+std::vector<KernelCase> layer_norm_cases(uint64_t seed, Fault fault) {
   const int64_t shapes[][2] = {{5, 64}, {3, 512}, {2, 100}};
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -244,9 +278,25 @@ std::vector<KernelCase> layer_norm_cases(uint64_t seed, Fault) {
     }
     c.nmse_limit = t * t;
     c.input_norms = {l2(*x), l2(*w), l2(*b)};
-    c.run = [x, w, b, dim, eps](Backend& be, int64_t r0, int64_t n, float* out) {
-      be.layer_norm(x->data() + r0 * dim, w->data(), b->data(), n, dim, static_cast<float>(eps),
-                    out);
+    c.run = [x, w, b, dim, eps, fault](Backend& be, int64_t r0, int64_t n, float* out) {
+      if (fault == Fault::UnbiasedVariance) {
+        std::vector<float> y(static_cast<size_t>(n * dim));
+        for (int64_t r = 0; r < n; ++r) {
+          const float* xr = x->data() + (r0 + r) * dim;
+          double mean = 0, var = 0;
+          for (int64_t d = 0; d < dim; ++d) mean += xr[d];
+          mean /= double(dim);
+          for (int64_t d = 0; d < dim; ++d) var += (xr[d] - mean) * (xr[d] - mean);
+          var /= double(dim - 1);
+          for (int64_t d = 0; d < dim; ++d)
+            y[r * dim + d] =
+                static_cast<float>((xr[d] - mean) / std::sqrt(var + eps) * (*w)[d] + (*b)[d]);
+        }
+        stage(be, out, y.data(), n * dim);
+        return true;
+      }
+      DeviceCopies d(be);
+      be.layer_norm(d.in(*x) + r0 * dim, d.in(*w), d.in(*b), n, dim, static_cast<float>(eps), out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -254,8 +304,9 @@ std::vector<KernelCase> layer_norm_cases(uint64_t seed, Fault) {
   return cases;
 }
 
-// scale_rows: one multiply, correctly rounded: exact mode. Twin: bfloat16 result.
-std::vector<KernelCase> scale_rows_cases(uint64_t seed, Fault) {
+// scale_rows: one multiply, correctly rounded: exact mode. Twin: bfloat16 result. Planted fault:
+// the scale rounded to bfloat16 first (as if stored in the weights' format).
+std::vector<KernelCase> scale_rows_cases(uint64_t seed, Fault fault) {
   Rng rng(seed * 89);
   const int64_t rows = 5, dim = 130;
   auto x = std::make_shared<std::vector<float>>(rng.normals(rows * dim));
@@ -271,15 +322,19 @@ std::vector<KernelCase> scale_rows_cases(uint64_t seed, Fault) {
       c.degraded.push_back(to_bf16(c.reference.back()));
     }
   c.input_norms = {l2(*x), l2(*sc)};
+  auto used = std::make_shared<std::vector<float>>(*sc);
+  if (fault == Fault::Bf16Scale)
+    for (auto& v : *used) v = static_cast<float>(to_bf16(v));
   c.run = [=](Backend& b, int64_t r0, int64_t n, float* out) {
-    b.scale_rows(x->data() + r0 * dim, sc->data(), n, dim, out);
+    DeviceCopies d(b);
+    b.scale_rows(d.in(*x) + r0 * dim, d.in(*used), n, dim, out);
     return true;
   };
   return {c};
 }
 
-// vq_decode: a row copy: exact. Twin: bfloat16 codebook.
-std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault) {
+// vq_decode: a row copy: exact. Twin: bfloat16 codebook. Planted fault: the row after the code.
+std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault fault) {
   Rng rng(seed * 97);
   const int64_t size = 64, dim = 24, n = 9;
   auto cb = std::make_shared<std::vector<float>>(rng.normals(size * dim));
@@ -296,8 +351,12 @@ std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault) {
       c.degraded.push_back(to_bf16(c.reference.back()));
     }
   c.input_norms = {l2(*cb)};
+  auto used = std::make_shared<std::vector<int32_t>>(*codes);
+  if (fault == Fault::NextCodebookRow)
+    for (auto& v : *used) v = static_cast<int32_t>((v + 1) % size);
   c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
-    b.vq_decode(cb->data(), dim, codes->data() + r0, cnt, out);
+    DeviceCopies d(b);
+    b.vq_decode(d.in(*cb), dim, d.in(*used) + r0, cnt, out);
     return true;
   };
   return {c};
@@ -305,8 +364,9 @@ std::vector<KernelCase> vq_decode_cases(uint64_t seed, Fault) {
 
 // vq_encode: nearest codebook row, exact ids. Each query sits 5e-4 (in squared distance) nearer to
 // a higher-index row b than to a lower one a: float32 resolves it, float16 distances (the twin)
-// cannot and fall back to the lower index.
-std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault) {
+// cannot and fall back to the lower index. Planted fault: the largest dot product x.c instead of
+// the least squared distance (forgets |c|^2).
+std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault fault) {
   Rng rng(seed * 101);
   const int64_t size = 64, dim = 16, n = 7;
   auto cb = std::make_shared<std::vector<float>>(rng.normals(size * dim));
@@ -352,7 +412,24 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault) {
   c.input_norms = {l2(*cb), l2(*x)};
   c.run = [=](Backend& b, int64_t r0, int64_t cnt, float* out) {
     std::vector<int32_t> ids(static_cast<size_t>(cnt), INT32_MIN);
-    b.vq_encode(cb->data(), size, dim, x->data() + r0 * dim, cnt, ids.data());
+    if (fault == Fault::DotProductNearest) {
+      for (int64_t t = 0; t < cnt; ++t) {
+        double best = -INFINITY;
+        for (int64_t k = 0; k < size; ++k) {
+          double dot = 0;
+          for (int64_t d = 0; d < dim; ++d)
+            dot += double((*x)[(r0 + t) * dim + d]) * (*cb)[k * dim + d];
+          if (dot > best) {
+            best = dot;
+            ids[t] = static_cast<int32_t>(k);
+          }
+        }
+      }
+    } else {
+      DeviceCopies d(b);
+      b.vq_encode(d.in(*cb), size, dim, d.in(*x) + r0 * dim, cnt, d.output(ids.data(), ids.size()));
+      d.finish();
+    }
     std::vector<float> f(ids.size());
     for (size_t i = 0; i < ids.size(); ++i)
       f[i] = ids[i] == INT32_MIN ? std::numeric_limits<float>::quiet_NaN() : float(ids[i]);
@@ -373,8 +450,12 @@ Limit conv1d_limit() {
   l.time_call = [=](Backend& b) {
     Rng rng(11);
     std::vector<float> x = rng.normals(in * len), w = rng.normals(out * in * k), y(out * (len - 2));
+    DeviceCopies d(b);
+    const float *xd = d.in(x), *wd = d.in(w);
+    float* yd = d.in(y);
     return median_seconds(3, [&] {
-      b.conv1d(x.data(), in, len, w.data(), nullptr, out, k, 1, 1, 1, y.data(), len - 2);
+      b.conv1d(xd, in, len, wd, nullptr, out, k, 1, 1, 1, yd, len - 2);
+      b.synchronize();
     });
   };
   return l;
@@ -392,8 +473,12 @@ Limit conv_transpose1d_limit() {
     Rng rng(13);
     std::vector<float> x = rng.normals(in * len), w = rng.normals(in * out * k),
                        y(out * ((len - 1) * s + k));
+    DeviceCopies d(b);
+    const float *xd = d.in(x), *wd = d.in(w);
+    float* yd = d.in(y);
     return median_seconds(3, [&] {
-      b.conv_transpose1d(x.data(), in, len, w.data(), nullptr, out, k, s, 1, y.data());
+      b.conv_transpose1d(xd, in, len, wd, nullptr, out, k, s, 1, yd);
+      b.synchronize();
     });
   };
   return l;

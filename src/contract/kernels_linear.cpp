@@ -126,14 +126,15 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
     c.input_norms = {l2(in->x), l2(w)};
     auto ref = std::make_shared<std::vector<double>>(c.reference);
     c.run = [in, nvfp4, fault, ref](Backend& b, int64_t r0, int64_t n, float* out) {
-      const float* x = in->x.data() + r0 * in->k;
+      DeviceCopies d(b);
+      const float* x = d.in(in->x.data() + r0 * in->k, static_cast<size_t>(n * in->k));
       std::vector<float> tmp;
       switch (fault) {
         case Fault::SwappedNibbles:
         case Fault::WrongScaleBlock:
         case Fault::MissingGlobalScale:
         case Fault::SkippedTailBlock:
-          b.linear(in->faulty, x, n, out);
+          b.linear(d.weight(in->faulty), x, n, out);
           return true;
         case Fault::Fp16Accumulation:
         case Fault::BatchDependentOrder:
@@ -148,7 +149,7 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
           stage(b, out, tmp.data(), n * in->m);
           return true;
         default:
-          b.linear(nvfp4 ? in->nv.view() : in->bf.view(), x, n, out);
+          b.linear(d.weight(nvfp4 ? in->nv.view() : in->bf.view()), x, n, out);
           return true;
       }
     };
@@ -210,8 +211,9 @@ Limit linear_bf16_limit() {
 }
 
 // Dequantize: e2m1 * e4m3 is exact in float32 and one multiply by scale_2 rounds once, so the
-// correctly rounded product is the only right answer: exact mode. Twin: float16 output.
-std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault /*fault*/) {
+// correctly rounded product is the only right answer: exact mode. Twin: float16 output. Planted
+// fault: each block dequantized with its neighbour's scale (the real kernel on rotated scales).
+std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault fault) {
   std::vector<KernelCase> cases;
   const int64_t shapes[][2] = {{5, 144}, {9, 64}, {3, 2048}};
   for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -226,8 +228,16 @@ std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault /*fault*/) {
     c.degraded.resize(c.reference.size());
     for (size_t i = 0; i < c.reference.size(); ++i) c.degraded[i] = to_f16(c.reference[i]);
     c.input_norms = {l2(m->codes), l2(m->scales)};
-    c.run = [m](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.dequantize(m->view(), r0, n, out);
+    auto faulty = std::make_shared<Nvfp4Matrix>(*m);
+    if (fault == Fault::NeighbourScaleBlock) {
+      const int64_t bpr = faulty->in / 16;
+      for (int64_t o = 0; o < faulty->out; ++o)
+        std::rotate(faulty->scales.begin() + o * bpr, faulty->scales.begin() + o * bpr + 1,
+                    faulty->scales.begin() + (o + 1) * bpr);
+    }
+    c.run = [faulty](Backend& b, int64_t r0, int64_t n, float* out) {
+      DeviceCopies d(b);
+      b.dequantize(d.weight(faulty->view()), r0, n, out);
       return true;
     };
     cases.push_back(std::move(c));

@@ -2,6 +2,7 @@
 // Each tolerance is derived beside its case builder from float32 unit roundoff u = 2^-24.
 #include <algorithm>
 #include <memory>
+#include <numeric>
 
 #include "contract/kernels.h"
 #include "contract/registry_util.h"
@@ -18,7 +19,8 @@ constexpr int64_t kSliceRows = 4, kSliceLen = 257;
 
 // embed_sum: per_row bf16 rows summed in float32: |err| <= gamma_{per_row} * sum|t|; NMSE limit
 // 32 * per_row * u^2. Twin: the sum accumulated in float16.
-std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault) {
+// Planted fault: the last id of every row left out (the real kernel on rows one id shorter).
+std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault fault) {
   std::vector<KernelCase> cases;
   const int64_t shapes[][3] = {{5, 64, 8}, {3, 100, 3}};  // rows, dim, ids per row
   for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -48,8 +50,18 @@ std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault) {
       }
     c.nmse_limit = 32.0 * double(per) * kU32 * kU32;
     c.input_norms = {l2(*table)};
-    c.run = [table, ids, dim, per](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.embed_sum(table->data(), dim, ids->data() + r0 * per, n, per, out);
+    c.run = [table, ids, dim, per, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      if (fault == Fault::MissingLastId) {
+        std::vector<int32_t> shorter;
+        for (int64_t r = 0; r < n; ++r)
+          shorter.insert(shorter.end(), ids->begin() + (r0 + r) * per,
+                         ids->begin() + (r0 + r + 1) * per - 1);
+        DeviceCopies d(b);
+        b.embed_sum(d.in(*table), dim, d.in(shorter), n, per - 1, out);
+        return true;
+      }
+      DeviceCopies d(b);
+      b.embed_sum(d.in(*table), dim, d.in(*ids) + r0 * per, n, per, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -89,7 +101,8 @@ std::vector<KernelCase> rms_norm_cases(uint64_t seed, Fault fault) {
     c.atol.assign(c.reference.size(), 0.0);
     c.input_norms = {l2(*x), l2(wf)};
     c.run = [x, w, dim, eps, fault](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.rms_norm(x->data() + r0 * dim, w->data(), n, dim, static_cast<float>(eps), out);
+      DeviceCopies d(b);
+      b.rms_norm(d.in(*x) + r0 * dim, d.in(*w), n, dim, static_cast<float>(eps), out);
       if (fault == Fault::Unwritten) {
         const float nan = std::numeric_limits<float>::quiet_NaN();
         b.upload(out + n * dim - 1, &nan, sizeof nan);  // as if the last element were skipped
@@ -140,7 +153,8 @@ std::vector<KernelCase> rope_cases(uint64_t seed, Fault fault) {
       const int64_t per = heads * hd;
       stage(b, out, x->data() + r0 * per, n * per);
       if (fault != Fault::WrongRotaryPair) {
-        b.rope(out, n, heads, hd, pos->data() + r0, static_cast<float>(theta));
+        DeviceCopies d(b);
+        b.rope(out, n, heads, hd, d.in(*pos) + r0, static_cast<float>(theta));
         return true;
       }
       std::vector<float> y(x->begin() + r0 * per, x->begin() + (r0 + n) * per);
@@ -167,29 +181,53 @@ std::vector<KernelCase> rope_cases(uint64_t seed, Fault fault) {
 // normalising sum of L terms, divide); the weighted sum of L values adds gamma_L. So per element
 // |err| <= sum_j p_j |v_j| * (2 max e + (2L + 8)u + gamma_L). NMSE limit 4 ((d + 3L + 16) u)^2.
 // Twin: scores and probabilities rounded to float16.
-std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
+// Cases with several sequences in one call give each row its sequence's cache through
+// cache_row0 (caches in slots of `cap` rows, in shuffled slot order, rows of the sequences
+// interleaved, each sequence at its own positions); the others use the nullable single-sequence
+// form. Every case keeps one spare slot of random keys and values beyond the sequences' slots, so
+// a row that reads a neighbour's cache reads real, different data.
+std::vector<KernelCase> attention_cases(uint64_t seed, Fault fault) {
   struct Shape {
-    int64_t rows, nh, nkv, hd, first_pos, window;
+    int64_t rows, nh, nkv, hd, first_pos, window, seqs;
+    bool table;  // cache_row0 given (else null: one sequence from cache row 0)
   };
-  const Shape shapes[] = {{1, 4, 2, 64, 37, 0},
-                          {5, 8, 2, 16, 0, 0},
-                          {3, 8, 8, 64, 300, 250},
-                          {2, 32, 4, 128, 100, 0},
-                          {4, 4, 1, 32, 10, 3}};
+  const Shape shapes[] = {{1, 4, 2, 64, 37, 0, 1, false},    {5, 8, 2, 16, 0, 0, 1, false},
+                          {3, 8, 8, 64, 300, 250, 1, false}, {2, 32, 4, 128, 100, 0, 1, false},
+                          {4, 4, 1, 32, 10, 3, 1, false},    {6, 8, 2, 16, 20, 0, 3, true},
+                          {5, 4, 4, 64, 40, 8, 2, true},     {9, 32, 4, 128, 60, 0, 4, true},
+                          {1, 4, 2, 32, 12, 0, 1, true}};
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(shapes); ++s) {
     const Shape sh = shapes[s];
     Rng rng(seed * 29 + s);
-    const int64_t cap = sh.first_pos + sh.rows;
-    auto q = std::make_shared<std::vector<float>>(rng.normals(sh.rows * sh.nh * sh.hd));
-    auto k = std::make_shared<std::vector<float>>(rng.normals(cap * sh.nkv * sh.hd));
-    auto v = std::make_shared<std::vector<float>>(rng.normals(cap * sh.nkv * sh.hd));
+    // Rows go to sequences in turn; each sequence starts at its own position (the first at
+    // first_pos) and its rows take consecutive positions (a prefill chunk or one decode row).
+    std::vector<int64_t> seq_of(sh.rows), start(sh.seqs), used(sh.seqs, 0);
+    for (int64_t q = 0; q < sh.seqs; ++q)
+      start[q] = q == 0 ? sh.first_pos : rng.integer(0, sh.first_pos);
     auto pos = std::make_shared<std::vector<int32_t>>(sh.rows);
-    for (int64_t r = 0; r < sh.rows; ++r) (*pos)[r] = static_cast<int32_t>(sh.first_pos + r);
+    int64_t cap = 0;
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      seq_of[r] = r % sh.seqs;
+      (*pos)[r] = static_cast<int32_t>(start[seq_of[r]] + used[seq_of[r]]++);
+      cap = std::max<int64_t>(cap, (*pos)[r] + 1);
+    }
+    cap += 2;
+    const int64_t slots = sh.seqs + 1 + (sh.table && sh.seqs == 1 ? 1 : 0);
+    std::vector<int64_t> slot(slots);
+    std::iota(slot.begin(), slot.end(), 0);
+    if (sh.table) std::shuffle(slot.begin(), slot.end(), rng.gen);
+    // The spare slot (the neighbour a faulty row reads) follows its sequence's slot.
+    auto row0 = std::make_shared<std::vector<int32_t>>(sh.rows);
+    for (int64_t r = 0; r < sh.rows; ++r) (*row0)[r] = static_cast<int32_t>(slot[seq_of[r]] * cap);
+    auto q = std::make_shared<std::vector<float>>(rng.normals(sh.rows * sh.nh * sh.hd));
+    auto k = std::make_shared<std::vector<float>>(rng.normals(slots * cap * sh.nkv * sh.hd));
+    auto v = std::make_shared<std::vector<float>>(rng.normals(slots * cap * sh.nkv * sh.hd));
     KernelCase c;
     c.label = "rows=" + std::to_string(sh.rows) + " heads=" + std::to_string(sh.nh) + "/" +
               std::to_string(sh.nkv) + " head_dim=" + std::to_string(sh.hd) +
-              " pos=" + std::to_string(sh.first_pos) + " window=" + std::to_string(sh.window);
+              " pos=" + std::to_string(sh.first_pos) + " window=" + std::to_string(sh.window) +
+              (sh.table ? " seqs=" + std::to_string(sh.seqs) + " cache_row0" : " one sequence");
     c.rows = sh.rows;
     c.row_elems = sh.nh * sh.hd;
     const double scale = 1.0 / std::sqrt(double(sh.hd));
@@ -197,6 +235,7 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
     for (int64_t r = 0; r < sh.rows; ++r)
       for (int64_t h = 0; h < sh.nh; ++h) {
         const int64_t kvh = h / (sh.nh / sh.nkv), p = (*pos)[r];
+        const int64_t base = sh.table ? (*row0)[r] : 0;
         const int64_t lo = sh.window > 0 ? std::max<int64_t>(0, p - sh.window + 1) : 0;
         const int64_t L = p - lo + 1;
         max_len = std::max(max_len, L);
@@ -206,7 +245,7 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
           double dot = 0, mag = 0;
           for (int64_t d = 0; d < sh.hd; ++d) {
             const double qq = (*q)[(r * sh.nh + h) * sh.hd + d];
-            const double kk = (*k)[((lo + j) * sh.nkv + kvh) * sh.hd + d];
+            const double kk = (*k)[((base + lo + j) * sh.nkv + kvh) * sh.hd + d];
             dot += qq * kk;
             mag += std::fabs(qq * kk);
           }
@@ -225,7 +264,7 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
         for (int64_t d = 0; d < sh.hd; ++d) {
           double o = 0, o16 = 0, mag = 0;
           for (int64_t j = 0; j < L; ++j) {
-            const double vv = (*v)[((lo + j) * sh.nkv + kvh) * sh.hd + d];
+            const double vv = (*v)[((base + lo + j) * sh.nkv + kvh) * sh.hd + d];
             o += pr[j] * vv;
             o16 += p16[j] * vv;
             mag += pr[j] * std::fabs(vv);
@@ -238,9 +277,64 @@ std::vector<KernelCase> attention_cases(uint64_t seed, Fault) {
     const double t = double(sh.hd + 3 * max_len + 16) * kU32;
     c.nmse_limit = 4 * t * t;
     c.input_norms = {l2(*q), l2(*k), l2(*v)};
-    c.run = [q, k, v, pos, sh](Backend& b, int64_t r0, int64_t n, float* out) {
-      b.attention(q->data() + r0 * sh.nh * sh.hd, n, pos->data() + r0, nullptr, k->data(),
-                  v->data(), sh.nh, sh.nkv, sh.hd, sh.window, out);
+    // Planted faults: a window one position wider, or every row one slot over (a neighbour's
+    // cache: the spare slot or another sequence's).
+    const int64_t window =
+        fault == Fault::WindowPlusOne && sh.window > 0 ? sh.window + 1 : sh.window;
+    if (fault == Fault::NeighbourCache)
+      for (int64_t r = 0; r < sh.rows; ++r)
+        (*row0)[r] = static_cast<int32_t>(((*row0)[r] / cap + 1) % slots * cap);
+    const bool table = sh.table || fault == Fault::NeighbourCache;
+    c.run = [q, k, v, pos, row0, sh, window, table](Backend& b, int64_t r0, int64_t n, float* out) {
+      DeviceCopies d(b);
+      b.attention(d.in(*q) + r0 * sh.nh * sh.hd, n, d.in(*pos) + r0,
+                  table ? d.in(*row0) + r0 : nullptr, d.in(*k), d.in(*v), sh.nh, sh.nkv, sh.hd,
+                  window, out);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// sigmoid: 1 / (1 + exp(-x)): exp within 1 ulp (2u), the add and the divide one rounding each;
+// exp's relative error shrinks through 1 + exp(-x), so |err| <= 4u |y|; bound 6u relative.
+// Inputs N(0, 2.5): the flat tails are few (where exp(-x) overflows float16 and a twin would
+// hide). NMSE limit 16 (6u)^2. Twin: float16 intermediates.
+std::vector<KernelCase> sigmoid_cases(uint64_t seed, Fault fault) {
+  std::vector<KernelCase> cases;
+  const int64_t shapes[][2] = {{kSliceRows, kSliceLen}, {1, 1}, {5, 67}};  // rows, row length
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    Rng rng(seed * 43 + s);
+    const int64_t rows = shapes[s][0], len = shapes[s][1], n = rows * len;
+    auto x = std::make_shared<std::vector<float>>(rng.normals(n, 0.0, 2.5));
+    KernelCase c;
+    c.label = "n=" + std::to_string(n) + " as " + std::to_string(rows) + " slices";
+    c.rows = rows;
+    c.row_elems = len;
+    c.rtol = 6 * kU32;
+    c.nmse_limit = 16 * c.rtol * c.rtol;
+    auto f16 = [](double v) {
+      const double h = to_f16(v);
+      return to_f16(1.0 / to_f16(1.0 + to_f16(std::exp(-h))));
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      const double xx = (*x)[i];
+      c.reference.push_back(1.0 / (1.0 + std::exp(-xx)));
+      c.degraded.push_back(f16(xx));
+    }
+    c.atol.assign(c.reference.size(), 0.0);
+    c.input_norms = {l2(*x)};
+    c.run = [x, len, fault, f16](Backend& b, int64_t r0, int64_t rows_n, float* out) {
+      if (fault == Fault::Fp16Intermediates) {
+        const float* in = x->data() + r0 * len;
+        std::vector<float> y(static_cast<size_t>(rows_n * len));
+        for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>(f16(in[i]));
+        stage(b, out, y.data(), rows_n * len);
+        return true;
+      }
+      DeviceCopies d(b);
+      b.sigmoid(d.in(*x) + r0 * len, rows_n * len, out);
       return true;
     };
     cases.push_back(std::move(c));
@@ -281,14 +375,16 @@ std::vector<KernelCase> swiglu_cases(uint64_t seed, Fault fault) {
       stage(b, out, y.data(), rows * kSliceLen);
       return true;
     }
-    b.swiglu(g->data() + r0 * kSliceLen, u->data() + r0 * kSliceLen, rows * kSliceLen, out);
+    DeviceCopies d(b);
+    b.swiglu(d.in(*g) + r0 * kSliceLen, d.in(*u) + r0 * kSliceLen, rows * kSliceLen, out);
     return true;
   };
   return {c};
 }
 
 // add: y + x rounded once to float32 is the correctly rounded sum: exact mode. Twin: bfloat16.
-std::vector<KernelCase> add_cases(uint64_t seed, Fault) {
+// Planted fault: the sum rounded toward zero (a last-bit error in about half of the elements).
+std::vector<KernelCase> add_cases(uint64_t seed, Fault fault) {
   Rng rng(seed * 41);
   const int64_t n = kSliceRows * kSliceLen;
   auto x = std::make_shared<std::vector<float>>(rng.normals(n));
@@ -303,9 +399,22 @@ std::vector<KernelCase> add_cases(uint64_t seed, Fault) {
     c.degraded.push_back(to_bf16(c.reference.back()));
   }
   c.input_norms = {l2(*x), l2(*y)};
-  c.run = [x, y](Backend& b, int64_t r0, int64_t rows, float* out) {
-    stage(b, out, y->data() + r0 * kSliceLen, rows * kSliceLen);
-    b.add(x->data() + r0 * kSliceLen, rows * kSliceLen, out);
+  c.run = [x, y, fault](Backend& b, int64_t r0, int64_t rows, float* out) {
+    const int64_t n = rows * kSliceLen;
+    if (fault == Fault::TruncatedAdd) {
+      std::vector<float> t(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const double sum = double((*y)[r0 * kSliceLen + i]) + (*x)[r0 * kSliceLen + i];
+        float f = static_cast<float>(sum);
+        if (std::fabs(double(f)) > std::fabs(sum)) f = std::nextafter(f, 0.0f);
+        t[i] = f;
+      }
+      stage(b, out, t.data(), n);
+      return true;
+    }
+    stage(b, out, y->data() + r0 * kSliceLen, n);
+    DeviceCopies d(b);
+    b.add(d.in(*x) + r0 * kSliceLen, n, out);
     return true;
   };
   return {c};
@@ -323,9 +432,13 @@ Limit attention_limit() {
     Rng rng(3);
     std::vector<float> q = rng.normals(nh * hd), k = rng.normals(cap * nkv * hd),
                        v = rng.normals(cap * nkv * hd), o(nh * hd);
-    const int32_t pos = cap - 1;
+    const std::vector<int32_t> pos = {static_cast<int32_t>(cap - 1)};
+    DeviceCopies d(b);
+    const float *qd = d.in(q), *kd = d.in(k), *vd = d.in(v);
+    const int32_t* pd = d.in(pos);
+    float* od = d.output(o.data(), o.size());
     return median_seconds(7, [&] {
-      b.attention(q.data(), 1, &pos, nullptr, k.data(), v.data(), nh, nkv, hd, 0, o.data());
+      b.attention(qd, 1, pd, nullptr, kd, vd, nh, nkv, hd, 0, od);
       b.synchronize();
     });
   };
@@ -343,7 +456,7 @@ Limit elementwise_limit(const char* kernel) {
   l.bytes = double(n) * 12;
   const double per_element = name == "gelu"                               ? 30
                              : name == "swiglu"                           ? 16
-                             : name == "elu"                              ? 14
+                             : name == "elu" || name == "sigmoid"         ? 14
                              : name == "layer_norm" || name == "rms_norm" ? 6
                              : name == "rope"                             ? 4
                                                                           : 1;
@@ -352,31 +465,32 @@ Limit elementwise_limit(const char* kernel) {
   l.floor_s = 2e-4;
   l.time_call = [=](Backend& b) {
     Rng rng(5);
-    std::vector<float> x = rng.normals(n, 1.0, 0.5), y = rng.normals(n), o(n);
-    const std::vector<uint16_t> w = to_bf16_vec(rng.normals(1024, 1.0, 0.1));
+    std::vector<float> xh = rng.normals(n, 1.0, 0.5), yh = rng.normals(n), oh(n);
+    const std::vector<uint16_t> wh = to_bf16_vec(rng.normals(1024, 1.0, 0.1));
+    const std::vector<int32_t> posh(n / 1024, 77);
+    DeviceCopies d(b);
+    const float *x = d.in(xh), *y = d.in(yh);
+    const uint16_t* w = d.in(wh);
+    const int32_t* pos = d.in(posh);
+    float* o = d.in(oh);
+    const std::vector<GuidanceRow> guidance_host = {{0, 1, 1.5f}, {1, 0, 1.5f}};
+    const GuidanceRow* guidance_rows = d.in(guidance_host);
+    const std::vector<SampleRow> greedy_host = {SampleRow{0.0f, 0, 1.0f, 0, 0, 0}};
+    const SampleRow* greedy = d.in(greedy_host);
+    int32_t* id_flag = d.in(std::vector<int32_t>{0, 0});
     return median_seconds(5, [&] {
-      if (name == "swiglu") b.swiglu(x.data(), y.data(), n, o.data());
-      if (name == "add") b.add(x.data(), n, o.data());
-      if (name == "elu") b.elu(x.data(), n, 1.0f, o.data());
-      if (name == "gelu") b.gelu(x.data(), n, o.data());
-      if (name == "guidance_combine") {
-        // Two rows of n / 2 logits combined into one, twice over (n elements read in all).
-        const GuidanceRow rows[2] = {{0, 1, 1.5f}, {1, 0, 1.5f}};
-        b.guidance_combine(x.data(), n / 2, rows, 2, o.data());
-      }
-      if (name == "rms_norm") b.rms_norm(x.data(), w.data(), n / 1024, 1024, 1e-6f, o.data());
-      if (name == "scale_rows") b.scale_rows(x.data(), y.data(), n / 1024, 1024, o.data());
-      if (name == "has_non_finite") {
-        const SampleRow greedy{0.0f, 0, 1.0f, 0, 0, 0};
-        int32_t id = 0, flag = 0;
-        b.sample_rows(x.data(), n, &greedy, 1, 0, &id, &flag, 1);
-      }
-      if (name == "layer_norm")
-        b.layer_norm(x.data(), y.data(), y.data() + 1024, n / 1024, 1024, 1e-5f, o.data());
-      if (name == "rope") {
-        std::vector<int32_t> pos(n / 1024, 77);
-        b.rope(o.data(), n / 1024, 8, 128, pos.data(), 1e6f);
-      }
+      if (name == "swiglu") b.swiglu(x, y, n, o);
+      if (name == "add") b.add(x, n, o);
+      if (name == "sigmoid") b.sigmoid(x, n, o);
+      if (name == "elu") b.elu(x, n, 1.0f, o);
+      if (name == "gelu") b.gelu(x, n, o);
+      // Two rows of n / 2 logits combined into one, twice over (n elements read in all).
+      if (name == "guidance_combine") b.guidance_combine(x, n / 2, guidance_rows, 2, o);
+      if (name == "rms_norm") b.rms_norm(x, w, n / 1024, 1024, 1e-6f, o);
+      if (name == "scale_rows") b.scale_rows(x, y, n / 1024, 1024, o);
+      if (name == "non_finite_guard") b.sample_rows(x, n, greedy, 1, 0, id_flag, id_flag + 1, 1);
+      if (name == "layer_norm") b.layer_norm(x, y, y + 1024, n / 1024, 1024, 1e-5f, o);
+      if (name == "rope") b.rope(o, n / 1024, 8, 128, pos, 1e6f);
       b.synchronize();
     });
   };

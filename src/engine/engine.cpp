@@ -141,6 +141,9 @@ class DramaEngine final : public Engine {
     r.frames = g.frames;
     r.reached_eos = g.stop == StopReason::Eos;
     r.cancelled = g.stop == StopReason::Cancelled;
+    r.stop = r.reached_eos ? SpeechStop::EndOfSpeech
+             : r.cancelled ? SpeechStop::Cancelled
+                           : SpeechStop::MaxDuration;
     r.seconds_to_first_audio = first < 0 ? 0 : first;
     r.seconds_total = now_s() - t0;
     return r;

@@ -29,11 +29,22 @@ struct SpeechRequest {
   int64_t max_frames = -1;  // >= 0: also at most this many frames (tests, benches)
 };
 
+// Why generation stopped: the model said end of speech, the request's max_duration_s (or
+// max_frames, or the model's position limit) was reached, or it was cancelled.
+enum class SpeechStop { EndOfSpeech, MaxDuration, Cancelled };
+// "end_of_speech", "max_duration", "cancelled" (the X-Drama-Stop-Reason value).
+inline const char* speech_stop_name(SpeechStop s) {
+  return s == SpeechStop::EndOfSpeech ? "end_of_speech"
+         : s == SpeechStop::Cancelled ? "cancelled"
+                                      : "max_duration";
+}
+
 struct SpeechResult {
   int64_t frames = 0;  // frames delivered
   int64_t samples = 0;
   bool reached_eos = false;
   bool cancelled = false;
+  SpeechStop stop = SpeechStop::MaxDuration;
   double seconds_to_first_audio = 0;
   double seconds_total = 0;
 };

@@ -148,7 +148,16 @@ ResolvedCheckpoint resolve_checkpoint(const WeightsSelection& selection,
   const VerifyReport report =
       verify_directory(r.dir, r.manifest, [&](uint64_t n) { progress.add(n); });
   progress.finish();
-  if (!report.ok()) throw Error(describe_problems(r.dir, r.manifest, report));
+  if (!report.ok()) {
+    std::string why = describe_problems(r.dir, r.manifest, report);
+    // A directory of one's own is verified against the default pinned manifest unless told
+    // otherwise: say how to name its manifest.
+    if (selection.checkpoint && !selection.manifest)
+      why += "; it was checked against the pinned manifest of --weights " + selection.weights +
+             ": to verify it against its own manifest, pass --manifest FILE (e.g. --manifest " +
+             (r.dir / "manifest.json").string() + ")";
+    throw Error(why);
+  }
   return r;
 }
 

@@ -215,8 +215,11 @@ Drama3Config parse_drama3_config(const json& j, const std::string& label) {
   {
     Section s(j, "text", label, "text", true);
     c.text.frontend = s.string("frontend", "bytes");
-    if (c.text.frontend != "bytes")
-      s.fail("frontend", "\"" + c.text.frontend + "\" is not supported (only \"bytes\")");
+    if (c.text.frontend != "bytes" && c.text.frontend != "espeak-ipa")
+      s.fail("frontend",
+             "\"" + c.text.frontend + "\" is not supported (\"bytes\" or \"espeak-ipa\")");
+    c.text.language = s.string("language", "en-us");
+    if (c.text.language.empty()) s.fail("language", "must not be empty");
     c.text.vocab_size = s.positive("vocab_size", 260);
     c.text.bos_id = static_cast<int32_t>(s.integer("bos_id", 256));
     c.text.eos_id = static_cast<int32_t>(s.integer("eos_id", 257));

@@ -12,7 +12,8 @@
 namespace drama {
 
 struct TextConfig {
-  std::string frontend = "bytes";
+  std::string frontend = "bytes";  // "bytes" or "espeak-ipa" (model/text_frontend.h)
+  std::string language = "en-us";  // espeak-ipa: the espeak-ng voice (language) name
   int64_t vocab_size = 260;
   int32_t bos_id = 256, eos_id = 257, pad_id = 258;
 };

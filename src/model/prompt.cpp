@@ -1,15 +1,21 @@
 #include "model/prompt.h"
 
+#include "model/text_frontend.h"
 #include "util/error.h"
 
 namespace drama {
 
 std::vector<int32_t> text_tokens(const Drama3Config& config, const std::string& text) {
-  if (config.text.frontend != "bytes")
+  std::string bytes;
+  if (config.text.frontend == "bytes")
+    bytes = text;
+  else if (config.text.frontend == "espeak-ipa")
+    bytes = espeak_ipa(text, config.text.language);
+  else
     throw Error("config.json: text.frontend \"" + config.text.frontend + "\" is not supported");
   std::vector<int32_t> ids;
-  ids.reserve(text.size());
-  for (unsigned char c : text) ids.push_back(c);
+  ids.reserve(bytes.size());
+  for (unsigned char c : bytes) ids.push_back(c);
   return ids;
 }
 

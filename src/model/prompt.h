@@ -22,7 +22,8 @@ struct Prompt {
   int64_t rows = 0;
 };
 
-// Text token ids of the "bytes" frontend: the UTF-8 bytes.
+// Text token ids through the config's text.frontend (model/text_frontend.h): the UTF-8 bytes of
+// the text ("bytes") or of its IPA ("espeak-ipa").
 std::vector<int32_t> text_tokens(const Drama3Config& config, const std::string& text);
 
 Prompt unconditional_prompt(const Drama3Config& config, const std::string& text);

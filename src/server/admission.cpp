@@ -2,14 +2,15 @@
 
 namespace drama::server {
 
-std::unique_ptr<Admission::Slot> Admission::acquire() {
+std::unique_ptr<Admission::Lane> Admission::acquire() {
   std::unique_lock lock(mutex_);
   if (shutdown_) return nullptr;
-  if (waiting_ + (running_ ? 1 : 0) > max_queue_)
-    return nullptr;  // one running + max_queue waiting
+  // A free lane, or a place among the max_queue waiters (a free lane with waiters ahead: they
+  // are being woken and take it first).
+  if (running_ >= lanes_ && waiting_ >= max_queue_) return nullptr;
   uint64_t ticket = next_ticket_++;
   ++waiting_;
-  cv_.wait(lock, [&] { return shutdown_ || (!running_ && serving_ == ticket); });
+  cv_.wait(lock, [&] { return shutdown_ || (running_ < lanes_ && serving_ == ticket); });
   --waiting_;
   if (shutdown_) {
     // Pass the turn on so that later tickets are not stranded behind ours.
@@ -18,13 +19,14 @@ std::unique_ptr<Admission::Slot> Admission::acquire() {
     return nullptr;
   }
   ++serving_;
-  running_ = true;
-  return std::make_unique<Slot>(*this);
+  ++running_;
+  cv_.notify_all();  // the next ticket may take another free lane
+  return std::make_unique<Lane>(*this);
 }
 
 void Admission::release() {
   std::lock_guard lock(mutex_);
-  running_ = false;
+  --running_;
   cv_.notify_all();
 }
 
@@ -39,7 +41,7 @@ int Admission::queue_depth() const {
   return waiting_;
 }
 
-bool Admission::busy() const {
+int Admission::running() const {
   std::lock_guard lock(mutex_);
   return running_;
 }

@@ -27,7 +27,7 @@ void Metrics::record_generation(int64_t frames, double ttfa, double rtf, bool ca
   }
 }
 
-std::string Metrics::render(int queue_depth, bool busy) const {
+std::string Metrics::render(const Gauges& g) const {
   std::lock_guard lock(mutex_);
   std::ostringstream o;
   o.precision(9);
@@ -65,10 +65,37 @@ std::string Metrics::render(int queue_depth, bool busy) const {
     << "drama_real_time_factor_last " << rtf_last_ << "\n"
     << "# HELP drama_queue_depth Requests waiting for the engine.\n"
     << "# TYPE drama_queue_depth gauge\n"
-    << "drama_queue_depth " << queue_depth << "\n"
+    << "drama_queue_depth " << g.queue_depth << "\n"
     << "# HELP drama_busy 1 while a generation runs.\n"
     << "# TYPE drama_busy gauge\n"
-    << "drama_busy " << (busy ? 1 : 0) << "\n";
+    << "drama_busy " << (g.lanes_in_use > 0 ? 1 : 0) << "\n"
+    << "# HELP drama_lanes Generations that can run together in one batched step (--lanes).\n"
+    << "# TYPE drama_lanes gauge\n"
+    << "drama_lanes " << g.lanes << "\n"
+    << "# HELP drama_lanes_in_use Lanes held by requests now.\n"
+    << "# TYPE drama_lanes_in_use gauge\n"
+    << "drama_lanes_in_use " << g.lanes_in_use << "\n"
+    << "# HELP drama_engine_steps_total Batched frame steps run.\n"
+    << "# TYPE drama_engine_steps_total counter\n"
+    << "drama_engine_steps_total " << g.engine.steps << "\n"
+    << "# HELP drama_engine_rows_total Rows through the backbone over all steps (decode and "
+       "prefill).\n"
+    << "# TYPE drama_engine_rows_total counter\n"
+    << "drama_engine_rows_total " << g.engine.backbone_rows << "\n"
+    << "# HELP drama_engine_frames_total Frames made by the batched step.\n"
+    << "# TYPE drama_engine_frames_total counter\n"
+    << "drama_engine_frames_total " << g.engine.frames << "\n"
+    << "# HELP drama_rows_per_step Backbone rows per step since start.\n"
+    << "# TYPE drama_rows_per_step gauge\n"
+    << "drama_rows_per_step "
+    << (g.engine.steps ? double(g.engine.backbone_rows) / double(g.engine.steps) : 0.0) << "\n"
+    << "# HELP drama_lane_occupancy Mean fraction of the lanes that made a frame per step since "
+       "start.\n"
+    << "# TYPE drama_lane_occupancy gauge\n"
+    << "drama_lane_occupancy "
+    << (g.engine.steps && g.lanes ? double(g.engine.frames) / double(g.engine.steps) / g.lanes
+                                  : 0.0)
+    << "\n";
   return o.str();
 }
 

@@ -1,5 +1,6 @@
 // GET /metrics: Prometheus text exposition of request outcomes, frames generated, time to first
-// audio, real-time factor, queue depth and cancellations.
+// audio, real-time factor, queue depth, cancellations, and the batched step's lanes, rows per
+// step and lane occupancy.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "engine/engine.h"
 
 namespace drama::server {
 
@@ -17,7 +20,14 @@ class Metrics {
   // One finished generation (streamed or whole, completed or cancelled).
   void record_generation(int64_t frames, double seconds_to_first_audio, double real_time_factor,
                          bool cancelled);
-  std::string render(int queue_depth, bool busy) const;
+  // Point-in-time figures of the admission and the engine's batched step.
+  struct Gauges {
+    int queue_depth = 0;
+    int lanes = 1;
+    int lanes_in_use = 0;
+    EngineStats engine;
+  };
+  std::string render(const Gauges& g) const;
 
  private:
   mutable std::mutex mutex_;

@@ -78,14 +78,36 @@ void parse_format(const json& v, SpeechFields& out) {
     out.format = AudioFormat::Pcm;
   else if (f == "flac")
     out.format = AudioFormat::Flac;
-  else if (f == "mp3" || f == "opus" || f == "aac")
+  else if (f == "mp3")
+    out.format = AudioFormat::Mp3;
+  else if (f == "opus")
+    out.format = AudioFormat::Opus;
+  else if (f == "aac")  // docs/decisions.md: no well-kept AAC encoder in Debian main
     bad("response_format", "unsupported_format",
-        "'response_format' " + f + " is not supported; use wav, pcm or flac");
+        "'response_format' aac is not supported; use mp3, opus, wav, pcm or flac");
   else
-    bad("response_format", "invalid_value", "'response_format' must be wav, pcm or flac");
+    bad("response_format", "invalid_value",
+        "'response_format' must be wav, pcm, flac, mp3 or opus");
+}
+
+// A shared rule (util/request_rules.h) as a 400 naming the field.
+template <typename F>
+void apply_rule(F&& check) {
+  try {
+    check();
+  } catch (const rules::RuleError& e) {
+    bad(e.field(), "invalid_value", e.what());
+  }
 }
 
 }  // namespace
+
+bool names_loaded_model(std::string_view model, std::string_view loaded) {
+  if (model == loaded) return true;
+  for (const char* alias : kOpenAiModelAliases)
+    if (model == alias) return true;
+  return false;
+}
 
 bool is_valid_voice_id(std::string_view id) {
   if (id.empty() || id.size() > 64) return false;
@@ -177,9 +199,10 @@ SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& pol
 
   if ((v = field(j, "model"))) {
     std::string m = get_string(*v, "model");
-    if (m != policy.model_name)
+    if (!names_loaded_model(m, policy.model_name))
       bad("model", "model_not_found",
-          "'model' " + m + " is not the loaded model (" + policy.model_name + ")");
+          "'model' " + m + " is not the loaded model (" + policy.model_name +
+              "; tts-1, tts-1-hd and gpt-4o-mini-tts also name it)");
   }
   if ((v = field(j, "response_format"))) parse_format(*v, out);
 
@@ -198,12 +221,14 @@ SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& pol
       bad("stream_format", "invalid_value", "'stream_format' must be audio or sse");
   }
   if (out.stream != StreamMode::None && out.format == AudioFormat::Flac) {
-    bad("response_format", "unsupported_format", "flac cannot be streamed; use wav or pcm");
+    bad("response_format", "unsupported_format",
+        "flac cannot be streamed; use wav, pcm, mp3 or opus");
   }
 
   if ((v = field(j, "speed"))) {
-    if (get_number(*v, "speed") != 1.0)
-      bad("speed", "unsupported_value", "'speed' must be 1.0 (other speeds are not supported)");
+    double speed = get_number(*v, "speed");
+    apply_rule([&] { rules::check_speed(speed, "'speed'"); });
+    out.speed = speed;
   }
   if ((v = field(j, "instructions"))) {
     if (!get_string(*v, "instructions").empty())
@@ -217,25 +242,23 @@ SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& pol
   }
   if ((v = field(j, "temperature"))) {
     double t = get_number(*v, "temperature");
-    if (t < 0 || t > kMaxTemperature)
-      bad("temperature", "invalid_value", "'temperature' must be in [0, 2]");
+    apply_rule([&] { rules::check_temperature(t, "'temperature'"); });
     out.sampling.temperature = float(t);
   }
   if ((v = field(j, "top_k"))) {
     if (!v->is_number_integer()) bad("top_k", "invalid_type", "'top_k' must be an integer");
-    if (!v->is_number_unsigned() || v->get<uint64_t>() > uint64_t(kMaxTopK))
-      bad("top_k", "invalid_value", "'top_k' must be in [0, 100000] (0 = no top-k)");
+    if (!v->is_number_unsigned() || v->get<uint64_t>() > uint64_t(rules::kMaxTopK))
+      apply_rule([&] { rules::check_top_k(-1, "'top_k'"); });
     out.sampling.top_k = int32_t(v->get<uint64_t>());
   }
   if ((v = field(j, "top_p"))) {
     double p = get_number(*v, "top_p");
-    if (!(p > 0 && p <= 1)) bad("top_p", "invalid_value", "'top_p' must be in (0, 1]");
+    apply_rule([&] { rules::check_top_p(p, "'top_p'"); });
     out.sampling.top_p = float(p);
   }
   if ((v = field(j, "max_duration_s"))) {
     double d = get_number(*v, "max_duration_s");
-    if (!(d > 0 && d <= kMaxDurationSeconds))
-      bad("max_duration_s", "invalid_value", "'max_duration_s' must be in (0, 60]");
+    apply_rule([&] { rules::check_max_duration(d, "'max_duration_s'"); });
     out.max_duration_s = d;
   }
   if ((v = field(j, "cfg_scale"))) {
@@ -243,8 +266,7 @@ SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& pol
       bad("cfg_scale", "guidance_not_allowed",
           "'cfg_scale' is not allowed: this server was started without --request-gamma");
     double g = get_number(*v, "cfg_scale");
-    if (g < 0 || g > kMaxGamma)
-      bad("cfg_scale", "invalid_value", "'cfg_scale' must be in [0, 10] (1 = no guidance)");
+    apply_rule([&] { rules::check_gamma(g, "'cfg_scale'"); });
     out.gamma = float(g);
   }
   return out;

@@ -10,6 +10,7 @@
 
 #include "audio/audio_io.h"
 #include "backend/backend.h"
+#include "util/request_rules.h"
 
 namespace drama::server {
 
@@ -17,7 +18,7 @@ enum class StreamMode { None, Audio, Sse };
 
 // What the loaded model and the server's launch options allow.
 struct SpeechPolicy {
-  std::string model_name;
+  std::string model_name;      // the loaded model's id; kOpenAiModelAliases name it too
   bool request_gamma = false;  // --request-gamma: a request may set cfg_scale
   float server_gamma = 1.5f;
   SamplingParams default_sampling;
@@ -34,14 +35,17 @@ struct SpeechFields {
   SamplingParams sampling;
   float gamma = 1.5f;
   double max_duration_s = 60.0;
+  double speed = 1.0;  // 1: the audio is not touched
 };
 
-// Limits (documented in docs/server.md).
-inline constexpr size_t kMaxInputCharacters = 4096;
-inline constexpr double kMaxDurationSeconds = 60.0;
-inline constexpr float kMaxTemperature = 2.0f;
-inline constexpr int64_t kMaxTopK = 100000;
-inline constexpr float kMaxGamma = 10.0f;
+// OpenAI's speech model names, accepted as names of whatever model is loaded.
+inline constexpr const char* kOpenAiModelAliases[] = {"tts-1", "tts-1-hd", "gpt-4o-mini-tts"};
+// True for the loaded model's id and for each of kOpenAiModelAliases.
+bool names_loaded_model(std::string_view model, std::string_view loaded);
+
+// Limits: util/request_rules.h (shared with the command line); documented in docs/server.md.
+inline constexpr size_t kMaxInputCharacters = rules::kMaxInputCharacters;
+inline constexpr double kMaxDurationSeconds = rules::kMaxDurationSeconds;
 
 // Throws ApiError (400) for anything malformed.
 SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& policy);

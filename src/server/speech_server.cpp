@@ -3,9 +3,12 @@
 #include "server/speech_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <thread>
@@ -14,17 +17,29 @@
 
 #include "audio/audio_io.h"
 #include "server/api_error.h"
+#include "server/auth.h"
 #include "server/base64.h"
 #include "server/connection_watch.h"
+#include "server/reply_audio.h"
 #include "server/request_log.h"
 #include "server/speech_request.h"
+#include "server/web_assets.h"
 #include "util/error.h"
+#include "util/request_rules.h"
 
 namespace drama::server {
 
 namespace {
 
 using nlohmann::json;
+
+// The voice writer's rule (util/request_rules.h), as `drama voice write` applies it.
+void check_reference_pcm(std::span<const float> pcm, int64_t rate, const std::string& label) {
+  float peak = 0;
+  for (float x : pcm) peak = std::max(peak, std::fabs(x));
+  if (pcm.empty()) throw Error(label + ": the audio holds no samples.");
+  rules::check_reference(double(pcm.size()) / double(rate), peak, label);
+}
 
 thread_local RequestLogLine t_log;
 thread_local bool t_log_active = false;
@@ -44,6 +59,11 @@ std::string lower(std::string s) {
   return s;
 }
 
+// "TE: trailers": the client takes HTTP trailers, so a streamed reply can end with one.
+bool accepts_trailers(const httplib::Request& req) {
+  return lower(req.get_header_value("TE")).find("trailers") != std::string::npos;
+}
+
 // The media type without parameters, lower case.
 std::string media_type(const httplib::Request& req) {
   std::string ct = lower(req.get_header_value("Content-Type"));
@@ -58,6 +78,8 @@ std::string outcome_for_status(int status) {
   switch (status) {
     case 400:
       return "bad_request";
+    case 401:
+      return "unauthorized";
     case 404:
       return "not_found";
     case 405:
@@ -89,8 +111,9 @@ struct Generation {
   std::shared_ptr<const Voice> voice;
   AudioFormat format = AudioFormat::Wav;
   StreamMode stream = StreamMode::None;
-  std::unique_ptr<Admission::Slot> slot;
+  std::unique_ptr<Admission::Lane> lane;
   int64_t sample_rate = 24000;
+  double speed = 1.0;
   size_t input_bytes = 0;
   std::optional<ConnectionWatch> connection;
   // Polled after every frame: a client that hung up stops the generation before the next one.
@@ -103,7 +126,7 @@ SpeechServer::SpeechServer(Engine& engine, ServerOptions options)
     : engine_(engine),
       options_(std::move(options)),
       http_(std::make_unique<httplib::Server>()),
-      admission_(options_.max_queue),
+      admission_(static_cast<int>(engine.stats().lanes), options_.max_queue),
       rng_(std::random_device{}()) {
   if (options_.max_queue < 0) throw UsageError("--max-queue must be 0 or more");
   if (!options_.voices_dir.empty()) voices_ = std::make_unique<VoiceStore>(options_.voices_dir);
@@ -118,6 +141,13 @@ uint64_t SpeechServer::random_seed() {
 }
 
 int SpeechServer::bind() {
+  // httplib's default sets SO_REUSEPORT, with which a second server binds the same port and the
+  // kernel shares connections between both. SO_REUSEADDR alone still allows a restart while old
+  // connections sit in TIME_WAIT, but refuses a port that is being listened on.
+  http_->set_socket_options([](int sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   int port = options_.port == 0
                  ? http_->bind_to_any_port(options_.host)
                  : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
@@ -146,7 +176,8 @@ void SpeechServer::stop() {
 
 void SpeechServer::install_routes() {
   auto& s = *http_;
-  int threads = options_.http_threads > 0 ? options_.http_threads : options_.max_queue + 8;
+  int threads = options_.http_threads > 0 ? options_.http_threads
+                                          : admission_.lanes() + options_.max_queue + 8;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
   s.set_read_timeout(options_.read_timeout_s, 0);
   s.set_write_timeout(options_.write_timeout_s, 0);
@@ -154,10 +185,22 @@ void SpeechServer::install_routes() {
   s.set_keep_alive_timeout(std::min(5, options_.read_timeout_s));
   s.set_payload_max_length(options_.max_body_bytes);
 
-  s.set_pre_routing_handler([this](const httplib::Request&, httplib::Response&) {
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     t_log = RequestLogLine{};
     t_log.id = next_request_id_++;
     t_log_active = true;
+    // The key is checked before any handler runs: a refused upload reads nothing into the store.
+    if (options_.api_key && route_needs_api_key(req.path) &&
+        !bearer_matches(req.get_header_value("Authorization"), *options_.api_key)) {
+      t_log.route = req.path.size() > 80 ? req.path.substr(0, 80) : req.path;
+      const bool sent = req.has_header("Authorization");
+      res.set_header("WWW-Authenticate", "Bearer");
+      send_json(res, 401,
+                error_body(401, "invalid_api_key",
+                           sent ? "the API key is wrong: send Authorization: Bearer <key>"
+                                : "an API key is required: send Authorization: Bearer <key>"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Fills an error body in for refusals httplib makes itself (404 route, 413, 400 parse errors).
@@ -247,6 +290,31 @@ void SpeechServer::install_routes() {
   only("/health", "GET");
   s.Get("/metrics", wrap(&SpeechServer::handle_metrics, "/metrics"));
   only("/metrics", "GET");
+  // The web page (web/, embedded at build time): /, /index.html and its assets.
+  s.Get(R"(/([A-Za-z0-9_.-]*))", wrap(&SpeechServer::handle_page, "/"));
+}
+
+void SpeechServer::handle_page(const httplib::Request& req, httplib::Response& res) {
+  std::string name = req.matches.size() > 1 ? std::string(req.matches[1]) : "";
+  if (name.empty()) name = "index.html";
+  const WebAsset* asset = find_web_asset(name);
+  if (!asset) throw ApiError(404, "route_not_found", "no such route");
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("Content-Security-Policy",
+                 "default-src 'self'; media-src 'self' blob:; img-src 'self' data:");
+  res.set_content(asset->data, asset->size, asset->content_type);
+}
+
+void SpeechServer::voice_not_found(const std::string& id, const char* param) const {
+  std::string ids;
+  if (voices_)
+    for (const auto& v : voices_->list()) ids += (ids.empty() ? "" : ", ") + v.id;
+  for (const auto& [alias, target] : options_.voice_aliases)
+    ids += (ids.empty() ? "" : ", ") + alias + " (alias of " + target + ")";
+  throw ApiError(404, "voice_not_found",
+                 "voice '" + id + "' not found; available: " + (ids.empty() ? "none" : ids) +
+                     (voices_ ? "" : " (no --voices directory)"),
+                 param);
 }
 
 void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response& res) {
@@ -256,25 +324,27 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
   SpeechPolicy policy{engine_.model_name(), options_.request_gamma, options_.gamma,
                       engine_.default_sampling()};
   SpeechFields f = parse_speech_request(req.body, policy);
+  if (f.voice_id) {
+    auto alias = options_.voice_aliases.find(*f.voice_id);
+    if (alias != options_.voice_aliases.end()) f.voice_id = alias->second;
+  }
 
   auto gen = std::make_shared<Generation>();
   gen->format = f.format;
   gen->stream = f.stream;
   gen->sample_rate = engine_.sample_rate();
+  gen->speed = f.speed;
   gen->input_bytes = f.input.size();
   gen->connection =
       ConnectionWatch::find(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
   if (f.voice_id) {
-    if (!voices_)
-      throw ApiError(404, "voice_not_found",
-                     "voice '" + *f.voice_id + "' not found (no --voices directory)", "voice");
+    if (!voices_) voice_not_found(*f.voice_id, "voice");
     try {
       gen->voice = voices_->get(*f.voice_id);
     } catch (const Error& e) {
       throw ApiError(400, "voice_unreadable", e.what(), "voice");
     }
-    if (!gen->voice)
-      throw ApiError(404, "voice_not_found", "voice '" + *f.voice_id + "' not found", "voice");
+    if (!gen->voice) voice_not_found(*f.voice_id, "voice");
     if (!gen->voice->codec_sha256.empty() && gen->voice->codec_sha256 != engine_.codec_sha256()) {
       throw ApiError(
           400, "voice_incompatible",
@@ -289,6 +359,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
       throw ApiError(400, "invalid_base64", "'ref_audio' is not valid base64", "ref_audio");
     try {
       ref_pcm = load_audio_at_rate(*bytes, "'ref_audio'", engine_.sample_rate());
+      check_reference_pcm(ref_pcm, engine_.sample_rate(), "'ref_audio'");
     } catch (const Error& e) {
       throw ApiError(400, "invalid_audio", e.what(), "ref_audio");
     }
@@ -304,8 +375,8 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
   gen->request.cfg = options_.cfg;
   gen->request.max_duration_s = f.max_duration_s;
 
-  gen->slot = admission_.acquire();
-  if (!gen->slot) {
+  gen->lane = admission_.acquire();
+  if (!gen->lane) {
     if (admission_.shutting_down())
       throw ApiError(503, "shutting_down", "the server is shutting down");
     throw ApiError(503, "busy", "the server is busy (queue full); retry later");
@@ -335,23 +406,25 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
   };
 
   if (f.stream == StreamMode::None) {
-    std::vector<float> pcm;
+    ReplyAudio audio(f.format, gen->sample_rate, f.speed, /*streamed=*/false);
+    std::vector<uint8_t> body;
     SpeechResult r = engine_.speak(
         gen->request,
         [&](std::span<const float> frame) {
-          pcm.insert(pcm.end(), frame.begin(), frame.end());
+          audio.push(frame, body);
           return !gen->client_gone();
         },
         cancel);
-    gen->slot.reset();
+    gen->lane.reset();
     finish(r, gen->sample_rate);
     if (r.cancelled && gen->client_gone()) {
       res.status = 499;  // client closed the request (nginx's code); nobody reads this reply
       return;
     }
     if (r.cancelled) throw ApiError(503, "shutting_down", "the server is shutting down");
-    const std::vector<uint8_t> body = encode_audio(pcm, gen->sample_rate, f.format);
+    audio.finish(body);
     res.status = 200;
+    res.set_header("X-Drama-Stop-Reason", speech_stop_name(r.stop));
     res.set_content(reinterpret_cast<const char*>(body.data()), body.size(),
                     audio_content_type(f.format));
     return;
@@ -359,60 +432,82 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
 
   // Streamed: the provider runs once on this worker thread, writing each frame as it is made.
   // A failed write (client gone) makes the sink return false, which stops the engine before
-  // its next frame.
+  // its next frame. Why generation stopped is known only at the end: the SSE done event says it,
+  // and a client that sent `TE: trailers` gets it as the trailer X-Drama-Stop-Reason (chunked
+  // framing written here, since httplib's own chunked writer has no trailers).
   bool sse = f.stream == StreamMode::Sse;
+  bool trailer = accepts_trailers(req);
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      sse ? "text/event-stream" : audio_content_type(f.format),
-      [this, gen, cancel, sse, finish](size_t, httplib::DataSink& sink) {
-        std::vector<uint8_t> pending;
-        if (gen->format == AudioFormat::Wav) pending = streaming_wav_header(gen->sample_rate);
-        auto emit = [&](const std::vector<uint8_t>& bytes) {
-          if (gen->client_gone() || !sink.is_writable()) return false;
-          if (sse) {
-            json ev = {{"type", "speech.audio.delta"}, {"audio", base64_encode(bytes)}};
-            std::string line = "data: " + ev.dump() + "\n\n";
-            return sink.write(line.data(), line.size());
-          }
-          return sink.write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-        };
-        SpeechResult r;
-        try {
-          r = engine_.speak(
-              gen->request,
-              [&](std::span<const float> frame) {
-                append_s16le(frame, pending);
-                bool ok = emit(pending);
-                pending.clear();
-                return ok;
-              },
-              cancel);
-        } catch (const std::exception& e) {
-          gen->slot.reset();
-          t_log.outcome = "error";
-          log_warning(std::string("generation failed: ") + e.what());
-          return false;  // headers are sent; closing the connection is the only signal left
-        }
-        gen->slot.reset();
-        finish(r, gen->sample_rate);
-        if (r.cancelled) return false;
-        if (sse) {
-          int64_t in = int64_t(gen->input_bytes);
-          json done = {{"type", "speech.audio.done"},
-                       {"usage",
-                        {{"input_tokens", in},
-                         {"output_tokens", r.frames},
-                         {"total_tokens", in + r.frames}}},
-                       {"frames", r.frames},
-                       {"samples", r.samples}};
-          std::string line = "data: " + done.dump() + "\n\n";
-          if (!sink.write(line.data(), line.size())) return false;
-        }
-        sink.done();
-        return true;
-      },
-      [gen](bool) { gen->slot.reset(); });
+  auto provider = [this, gen, cancel, sse, trailer, finish](size_t, httplib::DataSink& sink) {
+    auto write = [&](const std::string& bytes) {
+      if (bytes.empty()) return true;
+      if (!trailer) return sink.write(bytes.data(), bytes.size());
+      char size[24];
+      std::snprintf(size, sizeof size, "%zx\r\n", bytes.size());
+      std::string chunk = size + bytes + "\r\n";
+      return sink.write(chunk.data(), chunk.size());
+    };
+    auto emit = [&](const std::vector<uint8_t>& bytes) {
+      if (gen->client_gone() || !sink.is_writable()) return false;
+      if (bytes.empty()) return true;
+      if (sse) {
+        json ev = {{"type", "speech.audio.delta"}, {"audio", base64_encode(bytes)}};
+        return write("data: " + ev.dump() + "\n\n");
+      }
+      return write(std::string(bytes.begin(), bytes.end()));
+    };
+    ReplyAudio audio(gen->format, gen->sample_rate, gen->speed, /*streamed=*/true);
+    std::vector<uint8_t> pending;
+    SpeechResult r;
+    try {
+      r = engine_.speak(
+          gen->request,
+          [&](std::span<const float> frame) {
+            audio.push(frame, pending);
+            bool ok = emit(pending);
+            pending.clear();
+            return ok;
+          },
+          cancel);
+      if (!r.cancelled) audio.finish(pending);
+    } catch (const std::exception& e) {
+      gen->lane.reset();
+      t_log.outcome = "error";
+      log_warning(std::string("generation failed: ") + e.what());
+      return false;  // headers are sent; closing the connection is the only signal left
+    }
+    gen->lane.reset();
+    finish(r, gen->sample_rate);
+    if (r.cancelled) return false;
+    if (!emit(pending)) return false;
+    if (sse) {
+      int64_t in = int64_t(gen->input_bytes);
+      json done = {
+          {"type", "speech.audio.done"},
+          {"usage",
+           {{"input_tokens", in}, {"output_tokens", r.frames}, {"total_tokens", in + r.frames}}},
+          {"frames", r.frames},
+          {"samples", audio.samples_out()},
+          {"stop_reason", speech_stop_name(r.stop)}};
+      if (!write("data: " + done.dump() + "\n\n")) return false;
+    }
+    if (trailer) {
+      std::string end =
+          std::string("0\r\nX-Drama-Stop-Reason: ") + speech_stop_name(r.stop) + "\r\n\r\n";
+      if (!sink.write(end.data(), end.size())) return false;
+    }
+    sink.done();
+    return true;
+  };
+  const char* type = sse ? "text/event-stream" : audio_content_type(f.format);
+  if (trailer) {
+    res.set_header("Transfer-Encoding", "chunked");
+    res.set_header("Trailer", "X-Drama-Stop-Reason");
+    res.set_content_provider(type, provider, [gen](bool) { gen->lane.reset(); });
+  } else {
+    res.set_chunked_content_provider(type, provider, [gen](bool) { gen->lane.reset(); });
+  }
 }
 
 void SpeechServer::handle_voices_list(const httplib::Request&, httplib::Response& res) {
@@ -420,7 +515,7 @@ void SpeechServer::handle_voices_list(const httplib::Request&, httplib::Response
   if (voices_) {
     for (const auto& v : voices_->list()) list.push_back(voice_json(v));
   }
-  send_json(res, 200, {{"voices", list}});
+  send_json(res, 200, {{"voices", list}, {"aliases", options_.voice_aliases}});
 }
 
 void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Response& res) {
@@ -485,18 +580,19 @@ void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Respon
   try {
     pcm = load_audio_at_rate({reinterpret_cast<const uint8_t*>(audio.data()), audio.size()},
                              "'audio_sample'", engine_.sample_rate());
+    check_reference_pcm(pcm, engine_.sample_rate(), "'audio_sample'");
   } catch (const Error& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }
-  auto slot = admission_.acquire();
-  if (!slot) throw ApiError(503, "busy", "the server is busy (queue full); retry later");
+  auto lane = admission_.acquire();
+  if (!lane) throw ApiError(503, "busy", "the server is busy (queue full); retry later");
   Voice voice;
   try {
     voice = engine_.make_voice(pcm, ref_text);
   } catch (const UsageError& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }
-  slot.reset();
+  lane.reset();
   if (id.empty()) id = voices_->id_for_name(name);
   VoiceInfo info = voices_->add(id, name, voice);
   send_json(res, 200, voice_json(info));
@@ -520,7 +616,15 @@ void SpeechServer::handle_models(const httplib::Request&, httplib::Response& res
                 {"provenance", options_.provenance},
                 {"sample_rate", engine_.sample_rate()},
                 {"frame_rate", engine_.frame_rate()}};
-  send_json(res, 200, {{"object", "list"}, {"data", json::array({model})}});
+  json data = json::array({model});
+  // OpenAI's names for the same loaded model, so clients that list models find theirs.
+  for (const char* alias : kOpenAiModelAliases) {
+    json a = model;
+    a["id"] = alias;
+    a["alias_of"] = engine_.model_name();
+    data.push_back(a);
+  }
+  send_json(res, 200, {{"object", "list"}, {"data", data}});
 }
 
 void SpeechServer::handle_health(const httplib::Request&, httplib::Response& res) {
@@ -533,12 +637,19 @@ void SpeechServer::handle_health(const httplib::Request&, httplib::Response& res
              {"gamma", options_.gamma},
              {"request_gamma", options_.request_gamma},
              {"busy", admission_.busy()},
-             {"queue_depth", admission_.queue_depth()}});
+             {"lanes", admission_.lanes()},
+             {"lanes_in_use", admission_.running()},
+             {"queue_depth", admission_.queue_depth()},
+             {"api_key_required", options_.api_key.has_value()}});
 }
 
 void SpeechServer::handle_metrics(const httplib::Request&, httplib::Response& res) {
-  res.set_content(metrics_.render(admission_.queue_depth(), admission_.busy()),
-                  "text/plain; version=0.0.4");
+  Metrics::Gauges g;
+  g.queue_depth = admission_.queue_depth();
+  g.lanes = admission_.lanes();
+  g.lanes_in_use = admission_.running();
+  g.engine = engine_.stats();
+  res.set_content(metrics_.render(g), "text/plain; version=0.0.4");
 }
 
 }  // namespace drama::server

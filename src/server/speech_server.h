@@ -5,8 +5,10 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -36,6 +38,10 @@ struct ServerOptions {
   int read_timeout_s = 10;  // a client that sends part of a request and stalls is dropped
   int write_timeout_s = 10;
   int http_threads = 0;  // 0: max_queue + 8
+  // Set: every /v1/* route requires `Authorization: Bearer <key>` (server/auth.h).
+  std::optional<std::string> api_key;
+  // --voice-alias NAME=ID: a request's voice NAME (e.g. OpenAI's "alloy") means stored voice ID.
+  std::map<std::string, std::string> voice_aliases;
 };
 
 class SpeechServer {
@@ -64,6 +70,9 @@ class SpeechServer {
   void handle_models(const httplib::Request& req, httplib::Response& res);
   void handle_health(const httplib::Request& req, httplib::Response& res);
   void handle_metrics(const httplib::Request& req, httplib::Response& res);
+  void handle_page(const httplib::Request& req, httplib::Response& res);
+  // The 404 for an unknown voice, listing the ids (and aliases) a request may name.
+  [[noreturn]] void voice_not_found(const std::string& id, const char* param) const;
   uint64_t random_seed();
 
   Engine& engine_;

@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "contract/contract.h"
 #include "util/dtype.h"
@@ -27,7 +28,10 @@ TEST(ContractRegistry, CoversEveryBackendKernel) {
   const std::string all = text.str();
   const size_t start = all.find("// --- matrix products ---");
   ASSERT_NE(start, std::string::npos);
-  const std::string kernels = all.substr(start);
+  // The kernels end where the protected memory hooks (alloc_impl, ...) begin.
+  const size_t end = all.find("\n protected:", start);
+  ASSERT_NE(end, std::string::npos);
+  const std::string kernels = all.substr(start, end - start);
   // Each kernel is declared as `virtual <type> name(`: the identifier before the first '('.
   std::set<std::string> declared;
   for (size_t at = kernels.find("virtual "); at != std::string::npos;
@@ -43,7 +47,28 @@ TEST(ContractRegistry, CoversEveryBackendKernel) {
   const std::set<std::string> registered(covered.begin(), covered.end());
   for (const auto& d : declared) EXPECT_TRUE(registered.count(d)) << d << " is not registered";
   for (const auto& r : registered) EXPECT_TRUE(declared.count(r)) << r << " is not in backend.h";
-  EXPECT_GE(declared.size(), 20u);
+  EXPECT_GE(declared.size(), 26u);
+  // Backend::kernel_names() (what supports() answers for) lists the same kernels.
+  const std::vector<std::string>& names = Backend::kernel_names();
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()), declared);
+}
+
+// Every registered kernel has at least one planted control that must turn red, and every control
+// names a registered kernel.
+TEST(ContractRegistry, EveryKernelHasAPlantedControl) {
+  const Registry r = cpu_registry();
+  std::set<std::string> kernels, controlled;
+  for (const KernelSpec& k : r.kernels) kernels.insert(k.name);
+  int must_pass = 0;
+  for (const Control& c : r.controls) {
+    EXPECT_TRUE(kernels.count(c.kernel)) << c.name << " names no registered kernel " << c.kernel;
+    if (c.expect_pass)
+      ++must_pass;
+    else
+      controlled.insert(c.kernel);
+  }
+  for (const auto& k : kernels) EXPECT_TRUE(controlled.count(k)) << k << " has no planted control";
+  EXPECT_EQ(must_pass, 1);  // the exact copy of the reference
 }
 
 Options quick(const std::string& only) {
@@ -72,6 +97,23 @@ TEST(ContractHarness, PlantedFaultsAreNamed) {
     const std::string want = std::string("kernel linear_bf16: FAIL gate ") + gate[4];
     EXPECT_NE(out.str().find(want), std::string::npos) << out.str();
     EXPECT_NE(r.summary.find("1 fail"), std::string::npos) << r.summary;
+  }
+}
+
+// The same for the batched kernels of the frame step (sample_rows is exact: no gate 4 plant).
+TEST(ContractHarness, PlantedFaultsAreNamedInBatchedKernels) {
+  const std::pair<const char*, const char*> plants[] = {
+      {"moe_experts", "gate1"}, {"moe_experts", "gate2"}, {"moe_experts", "gate4"},
+      {"attention", "gate4"},   {"sample_rows", "gate1"}, {"sample_rows", "gate2"},
+      {"copy_rows", "gate2"}};
+  for (const auto& [kernel, gate] : plants) {
+    Options o = quick(kernel);
+    o.plant_fault = std::string(kernel) + ":" + gate;
+    std::ostringstream out;
+    Report r = run_contract(o, out);
+    EXPECT_FALSE(r.ok) << kernel << " " << gate;
+    const std::string want = std::string("kernel ") + kernel + ": FAIL gate " + gate[4];
+    EXPECT_NE(out.str().find(want), std::string::npos) << out.str();
   }
 }
 

@@ -124,6 +124,7 @@ TEST_P(GreedyParity, GreedyCodesEqualTheReference) {
   const Voice a = codes_of(mine), b = codes_of(ref);
   std::printf("%s: %lld frames (engine), %lld (reference)\n", name,
               static_cast<long long>(a.frames), static_cast<long long>(b.frames));
+  ASSERT_GT(a.frames, 0);
   EXPECT_EQ(a.frames, b.frames);
   EXPECT_EQ(a.codes, b.codes);
   // Weights read into memory (the default) and mapped (--mmap) give the same codes.

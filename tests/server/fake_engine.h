@@ -56,7 +56,12 @@ class FakeEngine : public Engine {
       }
     }
     if (r.cancelled) ++cancelled_calls;
-    r.reached_eos = !r.cancelled;
+    // Stops at max_duration_s when that cuts the utterance short, as the real engine does.
+    const bool cut = frames < 4 + int64_t(hash(request.text) % 5);
+    r.reached_eos = !r.cancelled && !cut;
+    r.stop = r.cancelled ? SpeechStop::Cancelled
+             : cut       ? SpeechStop::MaxDuration
+                         : SpeechStop::EndOfSpeech;
     r.seconds_total = seconds_since(start);
     return r;
   }

@@ -57,16 +57,17 @@ const Refusal kRefusals[] = {
     {R"({"input": "hi", "ref_text": "words"})", "missing_field", "ref_audio"},
     {R"({"input": "hi", "voice": "v", "ref_audio": "AAAA", "ref_text": "t"})", "conflicting_fields",
      "ref_audio"},
-    {R"({"input": "hi", "model": "tts-1"})", "model_not_found", "model"},
-    {R"({"input": "hi", "response_format": "mp3"})", "unsupported_format", "response_format"},
-    {R"({"input": "hi", "response_format": "opus"})", "unsupported_format", "response_format"},
-    {R"({"input": "hi", "response_format": "aac"})", "unsupported_format", "response_format"},
+    {R"({"input": "hi", "model": "whisper-1"})", "model_not_found", "model"},
+    {R"({"input": "hi", "response_format": "ogg"})", "invalid_value", "response_format"},
     {R"({"input": "hi", "response_format": "ogg"})", "invalid_value", "response_format"},
     {R"({"input": "hi", "response_format": "flac", "stream": true})", "unsupported_format",
      "response_format"},
     {R"({"input": "hi", "stream_format": "chunks"})", "invalid_value", "stream_format"},
     {R"({"input": "hi", "stream": "yes"})", "invalid_type", "stream"},
-    {R"({"input": "hi", "speed": 1.25})", "unsupported_value", "speed"},
+    {R"({"input": "hi", "speed": 0.1})", "invalid_value", "speed"},
+    {R"({"input": "hi", "speed": 5})", "invalid_value", "speed"},
+    {R"({"input": "hi", "speed": 0.2499})", "invalid_value", "speed"},
+    {R"({"input": "hi", "model": "tts-2"})", "model_not_found", "model"},
     {R"({"input": "hi", "speed": "fast"})", "invalid_type", "speed"},
     {R"({"input": "hi", "instructions": "whisper"})", "unsupported_value", "instructions"},
     {R"({"input": "hi", "seed": -1})", "invalid_value", "seed"},
@@ -148,6 +149,23 @@ TEST(SpeechRequest, StreamIsAnAliasAndNullsAreAbsent) {
       parse_speech_request(R"({"input": "a", "ref_audio": "AAAA", "ref_text": "t"})", policy());
   EXPECT_EQ(*g.ref_audio_base64, "AAAA");
   EXPECT_EQ(g.ref_text, "t");
+}
+
+TEST(SpeechRequest, OpenAiModelNamesFormatsAndSpeedAreAccepted) {
+  for (const char* m : {"tts-1", "tts-1-hd", "gpt-4o-mini-tts", "drama-mini"}) {
+    std::string body = std::string(R"({"input": "a", "model": ")") + m + "\"}";
+    EXPECT_NO_THROW(parse_speech_request(body, policy())) << m;
+  }
+  auto mp3 = parse_speech_request(
+      R"({"input": "a", "response_format": "mp3", "stream_format": "audio"})", policy());
+  EXPECT_EQ(mp3.format, AudioFormat::Mp3);
+  auto opus = parse_speech_request(R"({"input": "a", "response_format": "opus"})", policy());
+  EXPECT_EQ(opus.format, AudioFormat::Opus);
+  for (double speed : {0.25, 0.5, 1.0, 2.0, 4.0}) {
+    std::string body = R"({"input": "a", "speed": )" + std::to_string(speed) + "}";
+    EXPECT_DOUBLE_EQ(parse_speech_request(body, policy()).speed, speed);
+  }
+  EXPECT_DOUBLE_EQ(parse_speech_request(R"({"input": "a"})", policy()).speed, 1.0);
 }
 
 TEST(SpeechRequest, RequestGammaRangeIsChecked) {

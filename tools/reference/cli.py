@@ -5,6 +5,8 @@
                  --gamma G --max-frames N -o CODES
     ... random-codes --checkpoint DIR --frames F --seed N -o FILE
     ... make-voice --checkpoint DIR --frames F --seed N --transcript T -o VOICE
+    ... quantize --checkpoint BF16_DIR [--keep-experts FILE] -o EXPERTS.safetensors
+    ... text-tokens --frontend bytes|espeak-ipa [--language en-us] --texts TEXTS.json -o TOKENS.json
 
 Exit status: 0 on success, 2 for bad arguments (argparse), 1 for any other failure (one line).
 """
@@ -64,6 +66,37 @@ def cmd_make_voice(args):
     drama3.write_codes_file(args.output, random_codes(model, args.frames, args.seed), metadata)
 
 
+def cmd_quantize(args):
+    """The expert tensors `drama quantize` must write, from the reference quantizer."""
+    import json
+
+    import nvfp4
+
+    tensors, _ = safetensors_io.load_dir(args.checkpoint)
+    kept = None
+    if args.keep_experts:
+        with open(args.keep_experts) as f:
+            listed = json.load(f)
+        if isinstance(listed, dict):
+            listed = listed["kept_experts"]
+        kept = [set(ids or []) for ids in listed]
+    safetensors_io.save(args.output, nvfp4.quantize_experts(tensors, kept),
+                        {"format": "drama-quantized-experts/1"})
+
+
+def cmd_text_tokens(args):
+    """Token ids of each text of a JSON list, under a frontend (parity with the engine's)."""
+    import json
+
+    import text_frontend
+
+    with open(args.texts, encoding="utf-8") as f:
+        texts = json.load(f)
+    tokens = [text_frontend.text_tokens(t, args.frontend, args.language) for t in texts]
+    with open(args.output, "w") as f:
+        json.dump(tokens, f)
+
+
 def uint64(text):
     value = int(text)
     if not 0 <= value < 1 << 64:
@@ -109,6 +142,14 @@ def parser():
     s.add_argument("--frames", type=uint64, required=True)
     s.add_argument("--seed", type=uint64, required=True)
     s.add_argument("--transcript", required=True)
+    s = sub.add_parser("text-tokens", help="token ids of texts under a text frontend")
+    s.add_argument("--frontend", required=True, choices=["bytes", "espeak-ipa"])
+    s.add_argument("--language", default="en-us")
+    s.add_argument("--texts", required=True, help="a JSON list of strings")
+    s.add_argument("-o", "--output", required=True)
+    s.set_defaults(handler=cmd_text_tokens)
+    s = command("quantize", cmd_quantize, "the NVFP4 expert tensors of a BF16 checkpoint")
+    s.add_argument("--keep-experts")
     return p
 
 

@@ -13,6 +13,7 @@ import torch
 
 import nvfp4
 import safetensors_io
+import text_frontend
 from sampling import counter_uniform, sample_logits
 
 F32 = torch.float32
@@ -267,8 +268,10 @@ class Drama3:
     def __init__(self, directory):
         ckpt = Checkpoint(directory)
         config = self.config = ckpt.config
-        if config["text"].get("frontend", "bytes") != "bytes":
-            raise ValueError(f"{directory}/config.json: text.frontend must be \"bytes\"")
+        self.frontend = config["text"].get("frontend", "bytes")
+        self.language = config["text"].get("language", "en-us")
+        if self.frontend not in ("bytes", "espeak-ipa"):
+            raise ValueError(f"{directory}/config.json: text.frontend \"{self.frontend}\" is not supported")
         audio, backbone, tower = config["audio"], config["backbone"], config["tower"]
         self.num_codebooks, self.codebook_size = audio["num_codebooks"], audio["codebook_size"]
         self.eos_code = audio.get("eos_code", self.codebook_size)
@@ -315,7 +318,8 @@ class Drama3:
 
     def text_segment(self, text):
         """[bos, UTF-8 bytes..., eos] embedded."""
-        return self.embed_text([self.bos_id, *text.encode("utf-8"), self.eos_id])
+        tokens = text_frontend.text_tokens(text, self.frontend, self.language)
+        return self.embed_text([self.bos_id, *tokens, self.eos_id])
 
     def prompt(self, text, voice=None):
         """Conditional branch: segment(transcript, reference codes) + [bos, target, eos];

@@ -40,7 +40,11 @@ DEFAULTS = dict(
 
 def load_config(codec_dir):
     with open(os.path.join(codec_dir, "config.json")) as f:
-        raw = json.load(f)
+        return config_from_dict(json.load(f))
+
+
+def config_from_dict(raw):
+    """A codec config dict (HF MimiConfig fields) with defaults filled in, as a namespace."""
     c = dict(DEFAULTS)
     c.update({k: v for k, v in raw.items() if k in DEFAULTS and v is not None})
     if isinstance(raw.get("rope_parameters"), dict) and "rope_theta" in raw["rope_parameters"]:
@@ -51,9 +55,14 @@ def load_config(codec_dir):
 
 
 class Mimi:
-    def __init__(self, codec_dir):
-        self.c = load_config(codec_dir)
-        self.w, _ = safetensors_io.load(os.path.join(codec_dir, "model.safetensors"))
+    def __init__(self, codec_dir, config=None, weights=None):
+        """From codec_dir (config.json + model.safetensors), or from a config namespace and a
+        {name: tensor} dict (tools/train/ passes its parameters, so training runs this code)."""
+        if codec_dir is None:
+            self.c, self.w = config, weights
+        else:
+            self.c = load_config(codec_dir)
+            self.w, _ = safetensors_io.load(os.path.join(codec_dir, "model.safetensors"))
         c = self.c
         hop = int(np.prod(c.upsampling_ratios))
         encodec_rate = math.ceil(c.sampling_rate / hop)
@@ -118,8 +127,9 @@ class Mimi:
 
     # --- transformer (HF MimiTransformerModel, no cache) ---
     def transformer(self, x, prefix):
+        """x [batch, time, hidden] (tools/train/ runs batches through the same code)."""
         c = self.c
-        t = x.shape[1]
+        b, t = x.shape[0], x.shape[1]
         pos = torch.arange(t)
         inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim))
         freqs = pos.float()[:, None] * inv_freq[None, :]
@@ -137,9 +147,9 @@ class Mimi:
             p = f"{prefix}.layers.{layer}."
             w = lambda name: self.w[p + name]  # noqa: E731
             h = F.layer_norm(x, (c.hidden_size,), w("input_layernorm.weight"), w("input_layernorm.bias"), c.norm_eps)
-            q = (h @ w("self_attn.q_proj.weight").T).view(1, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
-            k = (h @ w("self_attn.k_proj.weight").T).view(1, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
-            v = (h @ w("self_attn.v_proj.weight").T).view(1, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+            q = (h @ w("self_attn.q_proj.weight").T).view(b, t, c.num_attention_heads, c.head_dim).transpose(1, 2)
+            k = (h @ w("self_attn.k_proj.weight").T).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
+            v = (h @ w("self_attn.v_proj.weight").T).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
             rep = c.num_attention_heads // c.num_key_value_heads
@@ -147,7 +157,7 @@ class Mimi:
             v = v.repeat_interleave(rep, dim=1)
             scores = q @ k.transpose(2, 3) / math.sqrt(c.head_dim) + mask
             attn = torch.softmax(scores.float(), dim=-1) @ v
-            attn = attn.transpose(1, 2).reshape(1, t, -1) @ w("self_attn.o_proj.weight").T
+            attn = attn.transpose(1, 2).reshape(b, t, -1) @ w("self_attn.o_proj.weight").T
             x = x + w("self_attn_layer_scale.scale") * attn
             h = F.layer_norm(x, (c.hidden_size,), w("post_attention_layernorm.weight"),
                              w("post_attention_layernorm.bias"), c.norm_eps)

@@ -71,8 +71,16 @@ def float_to_e2m1(x):
     return code | torch.where(x < 0, 8, 0)
 
 
-def quantize(w):
+def tensor_scale(w):
+    """weight_scale_2 of a matrix: amax(W) / (6 * 448), float32; 1.0 for an all-zero matrix."""
+    amax = w.to(torch.float32).abs().max()
+    # An all-zero matrix gets weight_scale_2 = 1.0 (as src/format/nvfp4.cpp), never 0.
+    return amax / torch.tensor(E2M1_MAX * E4M3_MAX) if amax > 0 else torch.tensor(1.0)
+
+
+def quantize(w, scale_2=None):
     """ModelOpt-style NVFP4 quantization of a float weight [out, in] (in divisible by 16).
+    `scale_2` overrides the tensor scale (gate and up of one expert share the larger of theirs).
 
     Returns (weight uint8 [out, in/2], weight_scale e4m3 bytes [out, in/16], weight_scale_2 f32 [])."""
     w = w.to(torch.float32)
@@ -81,9 +89,7 @@ def quantize(w):
         raise ValueError(f"NVFP4 needs the input size to be a multiple of {BLOCK}, got {in_features}")
     if not torch.isfinite(w).all():
         raise ValueError("NVFP4 quantize: the matrix holds NaN or infinity")
-    amax = w.abs().max()
-    # An all-zero matrix gets weight_scale_2 = 1.0 (as src/format/nvfp4.cpp), never 0.
-    scale_2 = amax / torch.tensor(E2M1_MAX * E4M3_MAX) if amax > 0 else torch.tensor(1.0)
+    scale_2 = tensor_scale(w) if scale_2 is None else torch.as_tensor(scale_2, dtype=torch.float32)
     blocks = w.reshape(out_features, in_features // BLOCK, BLOCK)
     block_scale = blocks.abs().amax(dim=-1) / (scale_2 * E2M1_MAX)
     scale_bytes = float_to_e4m3(block_scale)
@@ -93,3 +99,34 @@ def quantize(w):
     denominator = e4m3_to_float(scale_bytes) * scale_2
     codes = float_to_e2m1(blocks / denominator.unsqueeze(-1)).reshape(out_features, in_features)
     return pack_codes(codes), scale_bytes, scale_2.reshape(())
+
+
+EXPERT_PARTS = ("gate_proj", "up_proj", "down_proj")
+
+
+def quantize_experts(tensors, kept=None):
+    """The NVFP4 triples `drama quantize` writes for a BF16 checkpoint's tensors (name -> tensor):
+    every routed and shared expert projection, gate and up of one expert sharing the larger of their
+    two tensor scales (as ModelOpt writes a fused gate_up). `kept` (per layer, original ids, or None)
+    drops the routed experts not listed. Returns name -> tensor or (dtype name, raw bytes) pairs."""
+    out = {}
+    for name in sorted(tensors):
+        parts = name.split(".")
+        if not (name.startswith("backbone.layers.") and parts[-1] == "weight"
+                and parts[-2] in EXPERT_PARTS and parts[3] == "mlp"
+                and (parts[4] == "shared_expert" or parts[4] == "experts")):
+            continue
+        layer = int(parts[2])
+        if parts[4] == "experts" and kept is not None and int(parts[5]) not in kept[layer]:
+            continue
+        prefix = name[: -len(".weight")]
+        scale_2 = None
+        if parts[-2] != "down_proj":
+            base = prefix[: -len(parts[-2])]
+            scale_2 = torch.maximum(tensor_scale(tensors[base + "gate_proj.weight"]),
+                                    tensor_scale(tensors[base + "up_proj.weight"]))
+        codes, scales, s2 = quantize(tensors[name], scale_2)
+        out[prefix + ".weight"] = codes
+        out[prefix + ".weight_scale"] = ("F8_E4M3", scales)
+        out[prefix + ".weight_scale_2"] = s2.to(torch.float32)
+    return out

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (docs/cuda-backend.md, "Receipts"): the numerical contract on CUDA,
+# the CUDA-vs-CPU parity tests, the synthetic bench-30b-a3b decode bench, a `say` and a /health
+# check, all from a folder made here by
+#   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp -r configs DIR/ && cp bench/cuda-h200-run.sh DIR/
+# and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/cuda-run}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$here/bundle
+drama=$here/bundle/drama
+tmp=$(mktemp -d)
+export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
+section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
+{
+  section "machine"
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit --format=csv
+  uname -r
+  ldd "$drama" | grep "not found" || echo "every bundled library resolves"
+  section "contract --backend cuda"
+  timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
+  echo "contract exit $?"
+  section "parity tests (CUDA vs CPU)"
+  DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
+  echo "parity exit $?"
+  section "bench decode --synthetic bench-30b-a3b"
+  timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
+    --frames 10 --repeats 5 --json "$out/decode-h200.json" >/dev/null
+  echo "bench exit $?"
+  python3 - "$out/decode-h200.json" <<'PY' || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+for k, v in j["backbone_step"].items():
+    print(k, "%.3f ms/step" % v["per_step_ms"], "roofline %.3f ms" % v["copy_roofline_ms"],
+          "fraction %.3f" % v["fraction_of_copy_roofline"], v.get("host_transfers_per_step"))
+for k, v in j["expert_products_one_layer"].items():
+    print("experts (moe_experts)", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
+print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
+PY
+  section "Nsight Compute: the grouped expert kernels (grouping, gate/up, down) of one layer"
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  if [ -x "$ncu" ]; then
+    timeout 240 "$ncu" --clock-control none -k regex:'moe_' -c 3 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis "$drama" bench decode --backend cuda \
+      --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu.txt" 2>&1
+    echo "ncu exit $?"; grep -E "moe_|linear_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)" "$out/ncu.txt" | head -40
+  else
+    echo "no ncu"
+  fi
+  section "machine facts into the receipts"
+  python3 - "$out" <<'PY' || true
+import json, subprocess, sys, datetime, os
+q = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit"
+vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"],
+                      capture_output=True, text=True).stdout.strip().split(", ")
+machine = dict(zip(q.split(","), vals))
+machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
+for name in ("contract-h200.json", "decode-h200.json"):
+    path = os.path.join(sys.argv[1], name)
+    if os.path.exists(path):
+        j = json.load(open(path))
+        j["machine"] = machine
+        json.dump(j, open(path, "w"), indent=2)
+print(machine)
+PY
+  section "say --backend auto (mini)"
+  timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
+  section "serve --backend cuda: /health"
+  "$drama" serve --backend cuda --port 18080 >"$tmp/serve.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 60); do
+    python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:18080/health').read().decode())" 2>/dev/null && break
+    sleep 1
+  done
+  kill "$pid"; wait "$pid"
+  head -5 "$tmp/serve.log"
+} 2>&1 | tee "$out/log.txt"

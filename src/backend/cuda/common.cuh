@@ -1,0 +1,83 @@
+// Shared pieces of the CUDA kernels: error checks, launch shapes and the storage decoders (BF16,
+// E4M3, E2M1) in device code. Only files in src/backend/cuda/ include this (or any CUDA header).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace drama::cuda {
+
+// Throws drama::Error naming the call and CUDA's message.
+void check(cudaError_t status, const char* what);
+// Checks the launch that was just queued (bad shapes, no kernel image for this device).
+void check_launch(const char* kernel);
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+
+// float8_e4m3fn: bias 7, no infinities, 0x7f / 0xff are NaN (as util/dtype.cpp).
+__device__ __forceinline__ float e4m3_to_f32(uint8_t v) {
+  const uint32_t sign = v >> 7, exp = (v >> 3) & 15, man = v & 7;
+  float r;
+  if (exp == 15 && man == 7) return __int_as_float(0x7fc00000);
+  if (exp == 0)
+    r = static_cast<float>(man) * 0x1.0p-9f;  // man / 8 * 2^-6, exact
+  else
+    r = __uint_as_float(((exp + 120) << 23) | (man << 20));  // 2^(exp-7) * (1 + man/8)
+  return sign ? -r : r;
+}
+
+// E2M1: bit 3 sign, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}: twice each magnitude is one nibble
+// of 0xC8643210 (an integer, converted exactly, then halved exactly).
+__device__ __forceinline__ float e2m1_to_f32(uint32_t code) {
+  const float m = static_cast<float>((0xC8643210u >> (4 * (code & 7))) & 15) * 0.5f;
+  return (code & 8) ? -m : m;
+}
+
+// A float sum over a warp in one fixed butterfly order; every lane gets the same bits (each step
+// adds two values, and a + b == b + a).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+  for (int m = 16; m >= 1; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int m = 16; m >= 1; m /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024) in a fixed order: each
+// warp's butterfly, then warp 0 sums the warps' results the same way. Every thread gets the
+// result. `scratch` holds 32 values.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T w = lane < warps ? scratch[lane] : T(0);
+  w = warp_sum(w);
+  return w;
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float w = lane < warps ? scratch[lane] : -__int_as_float(0x7f800000);
+  return warp_max(w);
+}
+
+}  // namespace drama::cuda

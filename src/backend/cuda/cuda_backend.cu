@@ -1,0 +1,142 @@
+// CudaBackend: device, stream, memory and weight residency (docs/cuda-backend.md). The kernels
+// live in one .cu/.cuh pair per family beside this file.
+#include "backend/cuda/cuda_backend.cuh"
+
+#include "backend/cuda/common.cuh"
+#include "util/error.h"
+
+namespace drama {
+
+// Declared in src/backend/backend.cpp and src/engine/engine.cpp (which include no CUDA header).
+bool cuda_device_present() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // a missing driver is "no device", not a sticky error
+    return false;
+  }
+  if (count < 1) return false;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
+  return prop.major >= 9;  // the kernels are built for sm_90 (Hopper) and newer
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& /*options*/) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count < 1) {
+    (void)cudaGetLastError();
+    throw Error(std::string("--backend cuda: no usable CUDA device (") +
+                (status != cudaSuccess ? cudaGetErrorString(status) : "no device found") + ").");
+  }
+  cudaDeviceProp prop{};
+  cuda::check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  if (prop.major < 9)
+    throw Error("--backend cuda: device 0 (" + std::string(prop.name) + ", compute capability " +
+                std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                ") is older than the sm_90 (Hopper) the CUDA backend is built for.");
+  return std::make_unique<cuda::CudaBackend>(0);
+}
+
+namespace cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status) + ".");
+}
+
+void check_launch(const char* kernel) {
+  check(cudaGetLastError(), kernel);
+}
+
+namespace {
+
+class CudaBuffer final : public DeviceBuffer {
+ public:
+  explicit CudaBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+  }
+  ~CudaBuffer() override {
+    if (data_) (void)cudaFree(data_);
+  }
+  void* data() override { return data_; }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  check(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  name_ = "cuda (" + std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
+          std::to_string(prop.minor) + ")";
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+CudaBackend::~CudaBackend() {
+  (void)cudaStreamSynchronize(stream_);
+  resident_.clear();
+  scratch_.reset();
+  expert_tables_.clear();
+  (void)cudaStreamDestroy(stream_);
+}
+
+std::string CudaBackend::name() const {
+  return name_;
+}
+
+void* CudaBackend::scratch(size_t bytes) {
+  if (!scratch_ || scratch_->bytes() < bytes) {
+    // The old area may still be read by queued kernels.
+    synchronize();
+    scratch_ = std::make_unique<CudaBuffer>(bytes + bytes / 2);
+  }
+  return scratch_->data();
+}
+
+std::unique_ptr<DeviceBuffer> CudaBackend::alloc_impl(size_t bytes) {
+  return std::make_unique<CudaBuffer>(bytes);
+}
+
+void CudaBackend::upload_impl(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  // From pageable memory the copy has been staged when the call returns, so the caller may
+  // reuse `src` at once; kernels queued before it run first.
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
+void CudaBackend::download_impl(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  synchronize();
+}
+
+LinearWeight CudaBackend::resident(const LinearWeight& host) {
+  LinearWeight dev = host;
+  const size_t data_bytes = host.format == WeightFormat::NVFP4
+                                ? static_cast<size_t>(host.out * host.in / 2)
+                                : static_cast<size_t>(host.out * host.in) * 2;
+  dev.data = resident_bytes(host.data, data_bytes);
+  if (host.format == WeightFormat::NVFP4)
+    dev.scales = static_cast<const uint8_t*>(
+        resident_bytes(host.scales, static_cast<size_t>(host.out * host.in / 16)));
+  return dev;
+}
+
+const void* CudaBackend::resident_bytes(const void* host, size_t bytes) {
+  auto buf = std::make_unique<CudaBuffer>(bytes);
+  upload(buf->data(), host, bytes);
+  resident_.push_back(std::move(buf));
+  return resident_.back()->data();
+}
+
+void CudaBackend::synchronize() {
+  check(cudaStreamSynchronize(stream_), "a kernel on the CUDA stream");
+}
+
+}  // namespace cuda
+}  // namespace drama

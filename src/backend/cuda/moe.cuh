@@ -1,0 +1,44 @@
+// Mixture-of-experts routing and combination (spec sections 1 and 5). Routing runs one block per
+// row: the block ranks the stored experts by original id, one thread sums the exp terms in
+// increasing original id (the CPU backend's order), then k rounds of a block-wide arg-max pick
+// the top-k (ties to the lower original id) and one thread renormalises in rank order. The combine
+// is one thread per output element, experts in rank order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace drama::cuda {
+
+// One stored expert's weights on the device (gate, up, down), for the grouped expert kernels.
+struct DeviceExpert {
+  const void* data[3];
+  const uint8_t* scales[3];
+  float scale2[3];
+};
+
+// The routed experts of a layer for all rows in three launches, the expert choice never leaving
+// the device: (1) one block groups the (row, rank) pairs by stored expert (row, then rank order
+// within an expert) and lists the chosen experts in increasing stored index; (2) per chosen
+// expert and 8 intermediate columns, each warp forms the gate and up dot products of its column
+// for every pair of that expert (each weight read once for all of them) and writes
+// silu(gate) * up; (3) likewise the down product into out[(r * out_slots + j), :]. The dot
+// products are those of linear() (linear_dot.cuh) and the activation is swiglu()'s formula, so
+// every element has the bits of the separate linear, swiglu and linear calls.
+int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
+void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
+                        int64_t hidden, int64_t inter, const float* x, int64_t rows,
+                        const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
+                        float* workspace, cudaStream_t stream);
+
+void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
+                       const int32_t* logit_column, const int32_t* original_id, int64_t n_stored,
+                       int64_t k, bool norm_topk, int32_t* expert_index, float* weight,
+                       cudaStream_t stream);
+void launch_expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                           int64_t dim, float* y, cudaStream_t stream);
+
+}  // namespace drama::cuda

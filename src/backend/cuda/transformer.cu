@@ -1,0 +1,139 @@
+#include "backend/cuda/transformer.cuh"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_backend.cuh"
+
+namespace drama::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim,
+                                 const int32_t* __restrict__ ids, int64_t rows, int64_t ids_per_row,
+                                 float* __restrict__ out) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= rows * dim) return;
+  const int64_t r = t / dim, d = t % dim;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < ids_per_row; ++j)
+    acc += bf16_to_f32(table[static_cast<int64_t>(ids[r * ids_per_row + j]) * dim + d]);
+  out[t] = acc;
+}
+
+// One block per row.
+__global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, int64_t dim,
+                                float eps, float* y) {
+  __shared__ double scratch[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
+  double sum = 0.0;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) sum += static_cast<double>(xr[d]) * xr[d];
+  sum = block_sum(sum, scratch);
+  const float mean = static_cast<float>(sum / static_cast<double>(dim));
+  const float inv = 1.0f / sqrtf(mean + eps);
+  __syncthreads();  // y may equal x: every thread has read its inputs
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) yr[d] = (xr[d] * inv) * bf16_to_f32(w[d]);
+}
+
+// One thread per (row, frequency i, head): the angle in float64 (as tools/reference), applied in
+// float32 to the pair (i, i + half).
+__global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                            const int32_t* __restrict__ positions, double theta) {
+  const int64_t half = head_dim / 2;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= rows * heads * half) return;
+  const int64_t i = t % half, h = (t / half) % heads, r = t / (half * heads);
+  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  const double angle = static_cast<double>(positions[r]) * inv_freq;
+  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+  float* v = x + (r * heads + h) * head_dim;
+  const float a = v[i], b = v[i + half];
+  v[i] = a * c - b * s;
+  v[i + half] = b * c + a * s;
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  out[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+__global__ void add_kernel(const float* x, int64_t n, float* y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += x[i];
+}
+
+__global__ void sigmoid_kernel(const float* x, int64_t n, float* y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+}  // namespace
+
+void launch_sigmoid(const float* x, int64_t n, float* y, cudaStream_t stream) {
+  if (n <= 0) return;
+  sigmoid_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  check_launch("sigmoid");
+}
+
+void launch_embed_sum(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t rows,
+                      int64_t ids_per_row, float* out, cudaStream_t stream) {
+  if (rows * dim <= 0) return;
+  embed_sum_kernel<<<blocks_for(rows * dim, kThreads), kThreads, 0, stream>>>(table, dim, ids, rows,
+                                                                              ids_per_row, out);
+  check_launch("embed_sum");
+}
+
+void launch_rms_norm(const float* x, const uint16_t* w, int64_t rows, int64_t dim, float eps,
+                     float* y, cudaStream_t stream) {
+  if (rows <= 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, dim, eps, y);
+  check_launch("rms_norm");
+}
+
+void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const int32_t* positions,
+                 float theta, cudaStream_t stream) {
+  const int64_t n = rows * heads * (head_dim / 2);
+  if (n <= 0) return;
+  rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, rows, heads, head_dim, positions,
+                                                                static_cast<double>(theta));
+  check_launch("rope");
+}
+
+void launch_swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0) return;
+  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(gate, up, n, out);
+  check_launch("swiglu");
+}
+
+void launch_add(const float* x, int64_t n, float* y, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  check_launch("add");
+}
+
+void CudaBackend::embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids,
+                            int64_t rows, int64_t ids_per_row, float* out) {
+  launch_embed_sum(table_bf16, dim, ids, rows, ids_per_row, out, stream_);
+}
+void CudaBackend::rms_norm(const float* x, const uint16_t* w_bf16, int64_t rows, int64_t dim,
+                           float eps, float* y) {
+  launch_rms_norm(x, w_bf16, rows, dim, eps, y, stream_);
+}
+void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
+                       const int32_t* positions, float theta) {
+  launch_rope(x, rows, heads, head_dim, positions, theta, stream_);
+}
+void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  launch_swiglu(gate, up, n, out, stream_);
+}
+void CudaBackend::add(const float* x, int64_t n, float* y) {
+  launch_add(x, n, y, stream_);
+}
+void CudaBackend::sigmoid(const float* x, int64_t n, float* y) {
+  launch_sigmoid(x, n, y, stream_);
+}
+
+}  // namespace drama::cuda

@@ -1,0 +1,385 @@
+// `drama bench decode --synthetic CONFIG`: the backbone's decode step (batch 1, and a paired
+// batch of 2 as guidance runs it) on a random model of the config's geometry built in the
+// backend's memory, with no checkpoint files: BF16 tensors N(0, 0.02), NVFP4 codes uniform, block
+// scales in [0.5, 2], norms 1. Each tensor is uploaded from a small host pattern at its own
+// offset, so a 17 GB model costs no 17 GB of host memory. Beside the step: the NVFP4 expert
+// products of one layer alone (Backend::moe_experts, as the step runs them), and the device's
+// copy bandwidth measured in the same run (CUDA: device-to-device; CPU: host memcpy).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
+#include "cli/bench.h"
+#include "format/config.h"
+#include "model/backbone.h"
+#include "model/kv_pool.h"
+#include "model/transformer.h"
+#include "model/workspace.h"
+#include "util/dtype.h"
+#include "util/error.h"
+
+#ifdef DRAMA_WITH_CUDA
+#include "backend/cuda/ceilings.h"
+#include "backend/cuda/grouped_experts.h"
+#endif
+
+namespace drama::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Random tensors in backend memory, uploaded from host patterns.
+class SyntheticWeights {
+ public:
+  explicit SyntheticWeights(Backend& b) : b_(b), gen_(20261201) {
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    bf16_.resize(kPattern / 2);
+    for (auto& v : bf16_) v = f32_to_bf16(normal(gen_));
+    codes_.resize(kPattern);
+    for (auto& v : codes_) v = static_cast<uint8_t>(gen_());
+    scales_.resize(kPattern);
+    for (auto& v : scales_)
+      v = f32_to_e4m3(std::exp2(std::uniform_real_distribution<float>(-1.0f, 1.0f)(gen_)));
+  }
+
+  const uint16_t* bf16(int64_t n) {
+    return static_cast<const uint16_t*>(fill(bf16_.data(), 2, static_cast<size_t>(n)));
+  }
+  const uint16_t* ones(int64_t n) {
+    std::vector<uint16_t> one(static_cast<size_t>(n), f32_to_bf16(1.0f));
+    auto buf = b_.alloc(one.size() * 2);
+    b_.upload(buf->data(), one.data(), one.size() * 2);
+    bufs_.push_back(std::move(buf));
+    bytes_ += one.size() * 2;
+    return static_cast<const uint16_t*>(bufs_.back()->data());
+  }
+  LinearWeight linear(int64_t out, int64_t in, WeightFormat format) {
+    LinearWeight w;
+    w.format = format;
+    w.out = out;
+    w.in = in;
+    if (format == WeightFormat::BF16) {
+      w.data = bf16(out * in);
+    } else {
+      w.data = fill(codes_.data(), 1, static_cast<size_t>(out * in / 2));
+      w.scales =
+          static_cast<const uint8_t*>(fill(scales_.data(), 1, static_cast<size_t>(out * in / 16)));
+      w.scale2 = 1.0f / 64;
+    }
+    return w;
+  }
+  double bytes() const { return static_cast<double>(bytes_); }
+
+ private:
+  static constexpr size_t kPattern = size_t{16} << 20;  // bytes per pattern
+
+  const void* fill(const void* pattern, size_t elem, size_t count) {
+    const size_t bytes = count * elem;
+    auto buf = b_.alloc(bytes);
+    auto* dst = static_cast<uint8_t*>(buf->data());
+    const auto* src = static_cast<const uint8_t*>(pattern);
+    // A random element-aligned start in the pattern for each tensor, then whole passes.
+    size_t at = (gen_() % (kPattern / elem)) * elem % kPattern;
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(bytes - done, kPattern - at);
+      b_.upload(dst + done, src + at, n);
+      done += n;
+      at = 0;
+    }
+    bytes_ += bytes;
+    bufs_.push_back(std::move(buf));
+    return bufs_.back()->data();
+  }
+
+  Backend& b_;
+  std::mt19937_64 gen_;
+  std::vector<uint16_t> bf16_;
+  std::vector<uint8_t> codes_, scales_;
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs_;
+  size_t bytes_ = 0;
+};
+
+ModelWeights synthetic_backbone(SyntheticWeights& s, const Drama3Config& c) {
+  const auto& bb = c.backbone;
+  const int64_t H = bb.hidden_size, q = bb.num_heads * bb.head_dim,
+                kv = bb.num_kv_heads * bb.head_dim;
+  ModelWeights w;
+  w.text_embed = s.bf16(c.text.vocab_size * H);
+  w.audio_embed = s.bf16(c.audio.num_codebooks * (c.audio.codebook_size + 1) * H);
+  for (int64_t l = 0; l < bb.num_layers; ++l) {
+    LayerWeights lw;
+    lw.input_norm = s.ones(H);
+    lw.post_attn_norm = s.ones(H);
+    lw.attn.q = s.linear(q, H, WeightFormat::BF16);
+    lw.attn.k = s.linear(kv, H, WeightFormat::BF16);
+    lw.attn.v = s.linear(kv, H, WeightFormat::BF16);
+    lw.attn.o = s.linear(H, q, WeightFormat::BF16);
+    lw.attn.q_norm = s.ones(bb.head_dim);
+    lw.attn.k_norm = s.ones(bb.head_dim);
+    lw.dense = c.is_dense_layer(l);
+    if (lw.dense) {
+      lw.mlp = {s.linear(bb.intermediate_size, H, WeightFormat::BF16),
+                s.linear(bb.intermediate_size, H, WeightFormat::BF16),
+                s.linear(H, bb.intermediate_size, WeightFormat::BF16)};
+    } else {
+      const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate_size;
+      lw.moe.router = s.linear(E, H, WeightFormat::BF16);
+      for (int64_t e = 0; e < E; ++e) {
+        lw.moe.original_id.push_back(static_cast<int32_t>(e));
+        lw.moe.logit_column.push_back(static_cast<int32_t>(e));
+        lw.moe.experts.push_back({s.linear(I, H, WeightFormat::NVFP4),
+                                  s.linear(I, H, WeightFormat::NVFP4),
+                                  s.linear(H, I, WeightFormat::NVFP4)});
+      }
+    }
+    w.backbone.push_back(std::move(lw));
+  }
+  w.backbone_norm = s.ones(H);
+  w.codebook0_head = s.linear(c.audio.codebook_size + 1, H, WeightFormat::BF16);
+  return w;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Ceiling {
+  double copy_bytes_per_s = 0;
+  std::string what, device;
+};
+
+Ceiling measure_copy(const std::string& backend) {
+#ifdef DRAMA_WITH_CUDA
+  if (backend.rfind("cuda", 0) == 0)
+    return {cuda::measure_device_ceilings().copy_bytes_per_s,
+            "device-to-device cudaMemcpy of 1 GiB, bytes read + written, best of 5",
+            cuda::device_description()};
+#endif
+  (void)backend;
+  const size_t n = size_t{512} << 20;
+  std::vector<uint8_t> a(n, 1), b(n, 2);
+  double best = 1e30;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = Clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+    a[i] = b[n - 1 - i];
+  }
+  return {2.0 * n / best, "host memcpy of 512 MiB on one thread, bytes read + written, best of 4",
+          "host"};
+}
+
+}  // namespace
+
+int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend_options,
+                         int64_t steps, int repeats, const std::string& json_path) {
+  const Drama3Config c = load_drama3_config(config_path);
+  auto backend = make_backend(backend_options);
+  Backend& b = *backend;
+  const auto t_build = Clock::now();
+  SyntheticWeights synth(b);
+  const ModelWeights w = synthetic_backbone(synth, c);
+  b.synchronize();
+  const double build_s = std::chrono::duration<double>(Clock::now() - t_build).count();
+  Backbone backbone(b, c, w);
+  Workspace ws(b);
+  const auto& bb = c.backbone;
+  const int64_t H = bb.hidden_size, kv = bb.num_kv_heads * bb.head_dim;
+  const int64_t prompt = 64, capacity = prompt + 8;
+  KvPool cache(b, bb.num_layers, 2, capacity, kv);
+  auto x = b.alloc(static_cast<size_t>(prompt * H) * 4), h = b.alloc(2 * H * 4),
+       logits = b.alloc(static_cast<size_t>(2 * (c.audio.codebook_size + 1)) * 4);
+  // Prefill both branches (cache slots 0 and 1) with `prompt` audio frames of fixed codes.
+  std::vector<int32_t> codes(static_cast<size_t>(prompt * c.audio.num_codebooks));
+  for (size_t i = 0; i < codes.size(); ++i)
+    codes[i] = static_cast<int32_t>(i * 7919 % c.audio.codebook_size);
+  for (int64_t slot = 0; slot < 2; ++slot) {
+    HostRowTables t;
+    for (int64_t p = 0; p < prompt; ++p) t.add(cache, slot, p);
+    backbone.embed_frames(ws, codes, prompt, x->f32());
+    backbone.forward(ws, x->f32(), prompt, t.upload(ws), cache);
+  }
+  b.synchronize();
+
+  // Every timed step decodes position `prompt` of each branch (rewriting that KV row), so each
+  // step does the same work; the row tables are uploaded once per batch size.
+  nlohmann::json results = nlohmann::json::object();
+  uint64_t moe_layers = 0, k_used = 0, expert_bytes = 0;
+  for (const auto& l : w.backbone)
+    if (!l.dense) {
+      ++moe_layers;
+      k_used = std::min<uint64_t>(c.moe.experts_per_token, l.moe.experts.size());
+      expert_bytes = 2 * weight_bytes(l.moe.experts[0].gate) + weight_bytes(l.moe.experts[0].down);
+    }
+  bool expert_bytes_by_bench = false;
+  for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
+    HostRowTables host_tables;
+    for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
+    const std::span<const int32_t> step_codes(codes.data(),
+                                              static_cast<size_t>(c.audio.num_codebooks * rows));
+    // The tables live in the workspace's kPositions buffer, which embed_frames leaves alone.
+    const RowTables tables = host_tables.upload(ws);
+    std::vector<double> per_step;
+    uint64_t step_bytes = 0, step_d2h = 0, step_h2d = 0, step_allocs = 0;
+    for (int rep = 0; rep < repeats; ++rep) {
+      const uint64_t before = ws.weight_bytes_read();
+      const TransferCounters t0c = b.transfers();
+      const auto t0 = Clock::now();
+      for (int64_t s = 0; s < steps; ++s) {
+        backbone.embed_frames(ws, step_codes, rows, x->f32());
+        backbone.forward(ws, x->f32(), rows, tables, cache);
+        backbone.final_norm(ws, x->f32(), rows, h->f32());
+        backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
+      }
+      b.synchronize();
+      per_step.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / steps);
+      const TransferCounters t1c = b.transfers();
+      step_bytes = (ws.weight_bytes_read() - before) / steps;
+      if (t1c.expert_weight_bytes == t0c.expert_weight_bytes) {
+        // The backend does not count the experts it ran (CUDA: the choice stays on the device):
+        // experts_per_token experts per MoE layer, exact for one row, the floor for two rows
+        // (both branches on the same experts; disjoint ones read up to twice that).
+        expert_bytes_by_bench = true;
+        step_bytes += moe_layers * k_used * expert_bytes;
+      }
+      step_d2h = (t1c.d2h_calls - t0c.d2h_calls) / steps;
+      step_h2d = (t1c.h2d_calls - t0c.h2d_calls) / steps;
+      step_allocs = (t1c.allocs - t0c.allocs) / steps;
+    }
+    const double t = median(per_step);
+    nlohmann::json samples = nlohmann::json::array();
+    for (double v : per_step) samples.push_back(v * 1e3);
+    results[rows == 1 ? "batch1" : "paired_batch2"] = {
+        {"rows", rows},
+        {"per_step_ms", t * 1e3},
+        {"samples_ms", samples},
+        {"weight_bytes_per_step", step_bytes},
+        {"effective_gb_s", step_bytes / t / 1e9},
+        {"host_transfers_per_step",
+         {{"d2h", step_d2h}, {"h2d", step_h2d}, {"allocs", step_allocs}}}};
+  }
+
+  // The NVFP4 expert products of one MoE layer alone, through Backend::moe_experts (all rows'
+  // experts, the choice on the device): one row, two rows sharing their experts, and two rows with
+  // disjoint experts (as the guidance branches usually route); on CUDA also as one graph replay.
+  nlohmann::json experts = nlohmann::json::object();
+  int64_t moe_layer = -1;
+  for (int64_t l = 0; l < bb.num_layers && moe_layer < 0; ++l)
+    if (!w.backbone[l].dense) moe_layer = l;
+  if (moe_layer >= 0) {
+    const auto& ex = w.backbone[moe_layer].moe.experts;
+    const int64_t n_stored = static_cast<int64_t>(ex.size());
+    const int64_t k = std::min<int64_t>(c.moe.experts_per_token, n_stored);
+    const int64_t I = c.moe.expert_intermediate_size;
+    std::vector<ExpertWeights> table;
+    for (const auto& e : ex) table.push_back({e.gate, e.up, e.down});
+    auto in = b.alloc(2 * H * 4), out = b.alloc(static_cast<size_t>(2 * k * H) * 4),
+         ids = b.alloc(static_cast<size_t>(2 * k) * 4),
+         wsp =
+             b.alloc(static_cast<size_t>(Backend::moe_workspace_floats(2, k, H, I, n_stored)) * 4);
+    ws.zero(in->f32(), 2 * H);
+    const struct {
+      const char* name;
+      int64_t rows;
+      bool disjoint;
+    } cases[] = {{"rows1", 1, false}, {"rows2_shared", 2, false}, {"rows2_disjoint", 2, true}};
+    for (const auto& cs : cases) {
+      std::vector<int32_t> choice;
+      for (int64_t r = 0; r < cs.rows; ++r)
+        for (int64_t j = 0; j < k; ++j)
+          choice.push_back(
+              static_cast<int32_t>((j * 13 + (cs.disjoint ? r * k * 13 : 0) + 5) % n_stored));
+      b.upload(ids->data(), choice.data(), choice.size() * 4);
+      const auto* idx = static_cast<const int32_t*>(ids->data());
+      std::vector<double> per;
+      for (int rep = 0; rep < repeats; ++rep) {
+        const int64_t calls = 50;
+        const auto t0 = Clock::now();
+        for (int64_t it = 0; it < calls; ++it)
+          b.moe_experts(table.data(), n_stored, in->f32(), cs.rows, H, idx, k, k, out->f32(),
+                        wsp->f32());
+        b.synchronize();
+        per.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
+      }
+      std::vector<int32_t> distinct = choice;
+      std::sort(distinct.begin(), distinct.end());
+      distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+      const double bytes = static_cast<double>(distinct.size()) *
+                           (2 * weight_bytes(ex[0].gate) + weight_bytes(ex[0].down));
+      const double t = median(per);
+      experts[cs.name] = {{"rows", cs.rows},
+                          {"experts_read", distinct.size()},
+                          {"us_per_layer", t * 1e6},
+                          {"weight_bytes", bytes},
+                          {"effective_gb_s", bytes / t / 1e9}};
+#ifdef DRAMA_WITH_CUDA
+      if (b.name().rfind("cuda", 0) == 0) {
+        const double g = cuda::time_moe_experts_graph(b, table.data(), n_stored, in->f32(), cs.rows,
+                                                      H, idx, k, k, out->f32(), wsp->f32(), 50);
+        experts[std::string(cs.name) + "_graph"] = {{"rows", cs.rows},
+                                                    {"experts_read", distinct.size()},
+                                                    {"us_per_layer", g * 1e6},
+                                                    {"weight_bytes", bytes},
+                                                    {"effective_gb_s", bytes / g / 1e9}};
+      }
+#endif
+    }
+  }
+  const Ceiling ceil = measure_copy(b.name());
+  // HBM serves reads and writes from one budget: the copy rate (bytes read + written) is the
+  // rate at which a step can read its weights.
+  const double read_rate = ceil.copy_bytes_per_s;
+  for (auto* section : {&results["batch1"], &results["paired_batch2"]}) {
+    const double bytes = (*section)["weight_bytes_per_step"].get<double>();
+    (*section)["copy_roofline_ms"] = bytes / read_rate * 1e3;
+    (*section)["fraction_of_copy_roofline"] =
+        bytes / read_rate / ((*section)["per_step_ms"].get<double>() * 1e-3);
+  }
+  for (auto& [key, section] : experts.items())
+    section["fraction_of_copy_roofline"] = section["weight_bytes"].get<double>() / read_rate /
+                                           (section["us_per_layer"].get<double>() * 1e-6);
+  nlohmann::json j = {
+      {"bench", "decode"},
+      {"synthetic", config_path},
+      {"backend", b.name()},
+      {"device", ceil.device},
+      {"model_bytes", synth.bytes()},
+      {"build_s", build_s},
+      {"steps", steps},
+      {"repeats", repeats},
+      {"position", prompt},
+      {"backbone_step", results},
+      {"expert_bytes_counted_by",
+       expert_bytes_by_bench
+           ? "the bench: experts_per_token experts per MoE layer (exact for one row; for two rows "
+             "the floor, when both rows share their experts)"
+           : "the backend (the experts moe_experts ran)"},
+      {"expert_products_one_layer", experts},
+      {"ceiling",
+       {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},
+        {"what", ceil.what},
+        {"roofline_gb_s", read_rate / 1e9}}},
+      {"note",
+       "backbone step = embed, every layer (attention with q/k norm and rotary, router, top-k, "
+       "the routed experts, combine), final norm, codebook-0 head, through the model's own code "
+       "(src/model) on synthetic weights; roofline = weight bytes read per step at the copy rate "
+       "(bytes read + written per second: one memory budget serves both)"}};
+  const std::string text = j.dump(2);
+  std::printf("%s\n", text.c_str());
+  if (!json_path.empty()) {
+    std::ofstream f(json_path);
+    f << text << "\n";
+    if (!f) throw Error("cannot write " + json_path);
+  }
+  return 0;
+}
+
+}  // namespace drama::cli

@@ -1,0 +1,364 @@
+// labels: parity cuda
+// CUDA backend vs CPU backend on configs/tiny.json checkpoints (BF16 and NVFP4 experts, pruned
+// and unpruned, both router layouts): teacher-forced logits within a relative L2 tolerance,
+// greedy codes equal, paired == separate guidance bitwise on CUDA, and a row alone == the same
+// row inside batches of 2, 3, 8 and 64 bitwise for every batched kernel at the model's shapes.
+// Skips, saying why, when there is no usable CUDA device (the build machines have none).
+//
+// Tolerance: both backends compute in float32 from the same dequantized weights; they differ in
+// summation order (warp-strided lanes and butterfly trees vs blocked SIMD sums) and in
+// exp/erf/rsqrt rounding (CUDA's libdevice vs glibc, a few ulp). This is the situation of
+// tests/model/test_parity.cpp (engine vs the PyTorch reference, same derivation: dot products of
+// n <= 128 carry ~sqrt(n) 2^-24 ~ 7e-7 relative, about a dozen dependent operations add up to a
+// few 1e-6), so the same 1e-5 applies, two orders of magnitude below one BF16 rounding of the
+// activations (~2e-3).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "backend/backend.h"
+#include "format/checkpoint.h"
+#include "model/drama3_model.h"
+#include "model/prompt.h"
+
+#include "model/model_testing.h"
+
+namespace drama {
+namespace {
+
+constexpr double kTolerance = 1e-5;
+constexpr const char* kText = "Hello, drama!";
+
+// The CUDA backend, or null with the reason (printed once by the skip).
+std::unique_ptr<Backend> try_cuda(std::string& why) {
+  try {
+    return make_backend({"cuda", 0});
+  } catch (const std::exception& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
+#define REQUIRE_CUDA(backend)                               \
+  std::string why_no_cuda;                                  \
+  std::unique_ptr<Backend> backend = try_cuda(why_no_cuda); \
+  if (!backend) GTEST_SKIP() << "no usable CUDA device: " << why_no_cuda
+
+struct Pair {
+  Pair(const std::filesystem::path& dir, Backend& cuda)
+      : ckpt(dir), cpu(make_backend({"cpu", 2})), on_cpu(ckpt, *cpu), on_cuda(ckpt, cuda) {}
+  Checkpoint ckpt;
+  std::unique_ptr<Backend> cpu;
+  Drama3Model on_cpu, on_cuda;
+};
+
+GenerationResult generate(Drama3Model& m, const Voice& voice, float gamma, CfgMode cfg,
+                          uint64_t seed, float temperature) {
+  const Drama3Config& c = m.config();
+  Prompt cond = conditional_prompt(c, kText, voice);
+  Prompt uncond = unconditional_prompt(c, kText);
+  GenerationOptions o;
+  o.seed = seed;
+  o.sampling = {temperature, 50, 1.0f};
+  o.gamma = gamma;
+  o.cfg = cfg;
+  o.max_frames = 8;
+  return m.generate(cond, &uncond, o, {});
+}
+
+class CudaParity : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(CudaParity, LogitsWithinToleranceGreedyEqualPairedEqualsSeparate) {
+  REQUIRE_CUDA(cuda);
+  const auto [name, flags] = GetParam();
+  Pair p(testing::make_checkpoint(name, flags), *cuda);
+  const Drama3Config& c = p.ckpt.config();
+  const Voice voice = testing::random_voice(c, 5, 23, "The reference transcript.");
+  const Voice codes = testing::random_voice(c, 6, 17, "");
+
+  // Teacher-forced logits, both branches' prompts.
+  for (const Prompt& prompt :
+       {conditional_prompt(c, kText, voice), unconditional_prompt(c, kText)}) {
+    const TeacherForcedLogits a = p.on_cuda.teacher_forced(prompt, codes.codes, codes.frames);
+    const TeacherForcedLogits b = p.on_cpu.teacher_forced(prompt, codes.codes, codes.frames);
+    const double e0 = testing::relative_l2(a.codebook0, b.codebook0);
+    const double et = testing::relative_l2(a.tower, b.tower);
+    std::printf("%s: codebook0 relative L2 %.3g, tower %.3g (tolerance %.0e)\n", name, e0, et,
+                kTolerance);
+    EXPECT_LE(e0, kTolerance) << name;
+    EXPECT_LE(et, kTolerance) << name;
+  }
+
+  // Greedy generation: the same codes on both backends.
+  const GenerationResult g_cuda = generate(p.on_cuda, voice, 1.5f, CfgMode::Paired, 1, 0.0f);
+  const GenerationResult g_cpu = generate(p.on_cpu, voice, 1.5f, CfgMode::Paired, 1, 0.0f);
+  EXPECT_EQ(g_cuda.frames, g_cpu.frames) << name;
+  EXPECT_EQ(g_cuda.codes, g_cpu.codes) << name;
+
+  // Paired (one batch of two) == separate (one after the other), sampled, on CUDA.
+  for (uint64_t seed : {3u, 4u, 5u}) {
+    const GenerationResult paired = generate(p.on_cuda, voice, 1.5f, CfgMode::Paired, seed, 0.9f);
+    const GenerationResult separate =
+        generate(p.on_cuda, voice, 1.5f, CfgMode::Separate, seed, 0.9f);
+    EXPECT_EQ(paired.codes, separate.codes) << name << " seed " << seed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoints, CudaParity,
+    ::testing::Values(
+        std::pair{"tiny-bf16", ""},
+        std::pair{"tiny-bf16-pruned-sliced", "--prune-to 5 --router-layout sliced"},
+        std::pair{"tiny-nvfp4", "--nvfp4"},
+        std::pair{"tiny-nvfp4-pruned-full", "--nvfp4 --prune-to 5 --router-layout full"},
+        std::pair{"tiny-nvfp4-pruned-sliced", "--nvfp4 --prune-to 5 --router-layout sliced"}),
+    [](const auto& info) {
+      std::string s = info.param.first;
+      for (char& ch : s) ch = ch == '-' ? '_' : ch;
+      return s;
+    });
+
+// Row r of a batched call == the call on row r alone, for batches of 1, 2, 3, 8 and 64 rows, for
+// every weight of the tiny NVFP4 checkpoint (attention, router, experts, heads, tower) and for
+// RMSNorm, rotary, attention, routing and the expert combine at the model's shapes.
+TEST(CudaBatchInvariance, RowAloneEqualsRowInBatchesOf2_3_8_64) {
+  REQUIRE_CUDA(cuda);
+  Pair p(testing::make_checkpoint("tiny-nvfp4", "--nvfp4"), *cuda);
+  const Drama3Config& c = p.ckpt.config();
+  Backend& b = *cuda;
+  const ModelWeights resident = make_resident(b, p.ckpt.weights(), c);
+  std::vector<const LinearWeight*> weights = {&resident.codebook0_head, &resident.tower_input_proj};
+  auto add_layer = [&](const LayerWeights& l) {
+    for (const LinearWeight* w : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.o}) weights.push_back(w);
+    if (l.dense) {
+      for (const LinearWeight* w : {&l.mlp.gate, &l.mlp.up, &l.mlp.down}) weights.push_back(w);
+      return;
+    }
+    weights.push_back(&l.moe.router);
+    for (const auto& e : l.moe.experts)
+      for (const LinearWeight* w : {&e.gate, &e.up, &e.down}) weights.push_back(w);
+  };
+  for (const auto& l : resident.backbone) add_layer(l);
+  for (const auto& l : resident.tower) add_layer(l);
+  for (const auto& h : resident.tower_heads) weights.push_back(&h);
+  const int64_t batches[] = {2, 3, 8, 64};
+  const int64_t max_rows = 64;
+  auto bits_equal = [](const std::vector<float>& a, const float* b, size_t n) {
+    return std::memcmp(a.data(), b, n * sizeof(float)) == 0;
+  };
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal;
+  int checked = 0;
+  for (const LinearWeight* w : weights) {
+    std::vector<float> x(static_cast<size_t>(max_rows * w->in));
+    for (auto& v : x) v = normal(gen);
+    auto xd = b.alloc(x.size() * 4), yd = b.alloc(static_cast<size_t>(max_rows * w->out) * 4);
+    b.upload(xd->data(), x.data(), x.size() * 4);
+    std::vector<float> batch(static_cast<size_t>(max_rows * w->out)), alone(w->out);
+    for (int64_t rows : batches) {
+      b.linear(*w, xd->f32(), rows, yd->f32());
+      b.download(batch.data(), yd->data(), static_cast<size_t>(rows * w->out) * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        b.linear(*w, xd->f32() + r * w->in, 1, yd->f32());
+        b.download(alone.data(), yd->data(), alone.size() * 4);
+        ASSERT_TRUE(bits_equal(alone, batch.data() + r * w->out, alone.size()))
+            << "linear " << w->out << "x" << w->in << " row " << r << " of " << rows;
+        ++checked;
+      }
+    }
+  }
+  // RMSNorm, rotary and attention at the backbone's shapes.
+  const auto& bb = c.backbone;
+  const int64_t H = bb.hidden_size, nh = bb.num_heads, nkv = bb.num_kv_heads, hd = bb.head_dim;
+  const int64_t q_elems = nh * hd, kv_elems = nkv * hd;
+  std::vector<float> x(static_cast<size_t>(max_rows * std::max(H, q_elems)));
+  for (auto& v : x) v = normal(gen);
+  std::vector<float> kv(static_cast<size_t>(max_rows * kv_elems));
+  for (auto& v : kv) v = normal(gen);
+  std::vector<int32_t> pos(max_rows);
+  for (int64_t r = 0; r < max_rows; ++r) pos[r] = static_cast<int32_t>(r);
+  auto xd = b.alloc(x.size() * 4), kd = b.alloc(kv.size() * 4), vd = b.alloc(kv.size() * 4),
+       pd = b.alloc(pos.size() * 4), yd = b.alloc(x.size() * 4);
+  b.upload(xd->data(), x.data(), x.size() * 4);
+  b.upload(kd->data(), kv.data(), kv.size() * 4);
+  b.upload(vd->data(), kv.data(), kv.size() * 4);
+  b.upload(pd->data(), pos.data(), pos.size() * 4);
+  const auto* pos_dev = static_cast<const int32_t*>(pd->data());
+  using Kernel = std::function<void(int64_t r0, int64_t rows)>;
+  const std::vector<std::pair<const char*, std::pair<int64_t, Kernel>>> kernels = {
+      {"rms_norm",
+       {H,
+        [&](int64_t r0, int64_t rows) {
+          b.rms_norm(xd->f32() + r0 * H, resident.backbone[0].input_norm, rows, H, 1e-6f,
+                     yd->f32());
+        }}},
+      {"rope",
+       {q_elems,
+        [&](int64_t r0, int64_t rows) {
+          b.upload(yd->data(), x.data() + r0 * q_elems, static_cast<size_t>(rows * q_elems) * 4);
+          b.rope(yd->f32(), rows, nh, hd, pos_dev + r0, bb.rope_theta);
+        }}},
+      {"attention",
+       {q_elems,
+        [&](int64_t r0, int64_t rows) {
+          b.attention(xd->f32() + r0 * q_elems, rows, pos_dev + r0, nullptr, kd->f32(), vd->f32(),
+                      nh, nkv, hd, 0, yd->f32());
+        }}},
+  };
+  for (const auto& [kname, spec] : kernels) {
+    const auto& [elems, run] = spec;
+    std::vector<float> batch(static_cast<size_t>(max_rows * elems)), alone(elems);
+    for (int64_t rows : batches) {
+      run(0, rows);
+      b.download(batch.data(), yd->data(), static_cast<size_t>(rows * elems) * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        run(r, 1);
+        b.download(alone.data(), yd->data(), alone.size() * 4);
+        ASSERT_TRUE(bits_equal(alone, batch.data() + r * elems, alone.size()))
+            << kname << " row " << r << " of " << rows;
+        ++checked;
+      }
+    }
+  }
+  std::printf("%d (kernel, row, batch) comparisons bitwise equal\n", checked);
+}
+
+// The grouped expert kernels (all rows' experts in three launches, the choice on the device) give
+// for every (row, rank) the bits of the separate gate, up, swiglu and down calls on that row
+// alone, for batches of 1, 2, 3, 8 and 64 rows, NVFP4 and BF16 experts.
+TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+  for (const auto& [name, flags] :
+       {std::pair{"tiny-nvfp4", "--nvfp4"}, std::pair{"tiny-bf16", ""}}) {
+    const Checkpoint ckpt(testing::make_checkpoint(name, flags));
+    const Drama3Config& c = ckpt.config();
+    const ModelWeights resident = make_resident(b, ckpt.weights(), c);
+    const LayerWeights* moe = nullptr;
+    for (const auto& l : resident.backbone)
+      if (!l.dense && !moe) moe = &l;
+    ASSERT_NE(moe, nullptr);
+    const auto& ex = moe->moe.experts;
+    const int64_t n_stored = static_cast<int64_t>(ex.size()), H = c.backbone.hidden_size;
+    const int64_t I = ex[0].gate.out, k = std::min<int64_t>(c.moe.experts_per_token, n_stored);
+    std::vector<ExpertWeights> table;
+    for (const auto& e : ex) table.push_back({e.gate, e.up, e.down});
+    std::mt19937 gen(11);
+    std::normal_distribution<float> normal;
+    const int64_t max_rows = 64;
+    std::vector<float> x(static_cast<size_t>(max_rows * H));
+    for (auto& v : x) v = normal(gen);
+    std::vector<int32_t> choice(static_cast<size_t>(max_rows * k));
+    for (int64_t r = 0; r < max_rows; ++r) {
+      std::vector<int32_t> ids(static_cast<size_t>(n_stored));
+      std::iota(ids.begin(), ids.end(), 0);
+      std::shuffle(ids.begin(), ids.end(), gen);
+      for (int64_t j = 0; j < k; ++j) choice[r * k + j] = ids[j];
+    }
+    auto xd = b.alloc(x.size() * 4), idd = b.alloc(choice.size() * 4),
+         out = b.alloc(static_cast<size_t>(max_rows * k * H) * 4),
+         ws = b.alloc(
+             static_cast<size_t>(Backend::moe_workspace_floats(max_rows, k, H, I, n_stored)) * 4),
+         g = b.alloc(I * 4), u = b.alloc(I * 4), a = b.alloc(I * 4), y = b.alloc(H * 4);
+    b.upload(xd->data(), x.data(), x.size() * 4);
+    b.upload(idd->data(), choice.data(), choice.size() * 4);
+    std::vector<float> grouped(static_cast<size_t>(max_rows * k * H)), alone(H);
+    int checked = 0;
+    for (int64_t rows : {1, 2, 3, 8, 64}) {
+      b.moe_experts(table.data(), n_stored, xd->f32(), rows, H,
+                    static_cast<const int32_t*>(idd->data()), k, k, out->f32(), ws->f32());
+      b.download(grouped.data(), out->data(), static_cast<size_t>(rows * k * H) * 4);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < k; ++j) {
+          const auto& e = ex[choice[r * k + j]];
+          b.linear(e.gate, xd->f32() + r * H, 1, g->f32());
+          b.linear(e.up, xd->f32() + r * H, 1, u->f32());
+          b.swiglu(g->f32(), u->f32(), I, a->f32());
+          b.linear(e.down, a->f32(), 1, y->f32());
+          b.download(alone.data(), y->data(), alone.size() * 4);
+          ASSERT_EQ(std::memcmp(alone.data(), grouped.data() + (r * k + j) * H, H * 4), 0)
+              << name << " row " << r << " rank " << j << " of " << rows << " rows";
+          ++checked;
+        }
+    }
+    std::printf("%s: %d (row, rank) expert outputs bitwise equal to the separate calls\n", name,
+                checked);
+  }
+}
+
+// Lanes on CUDA (spec: "--lanes N ... without changing any request's bytes"): 12 requests, each
+// alone on a one-lane CUDA model, then all of them on a 4-lane CUDA model joining as lanes free
+// up: the same codes, byte for byte. A decode step reads the device once (the codes and flags)
+// and allocates nothing. Requests as tests/model/test_sessions.cpp makes them, in short.
+TEST(CudaLanes, TwelveRequestsOnFourLanesEqualEachAloneAndAStepReadsOnce) {
+  REQUIRE_CUDA(cuda);
+  const Checkpoint ckpt(testing::make_checkpoint("tiny-nvfp4", "--nvfp4"));
+  const Drama3Config& c = ckpt.config();
+  std::vector<SessionSpec> reqs;
+  for (uint64_t s = 0; s < 12; ++s) {
+    std::mt19937_64 rng(s);
+    SessionSpec spec;
+    GenerationOptions& o = spec.options;
+    o.seed = 100 + s;
+    o.gamma = s % 3 == 0 ? 1.0f : 1.5f;
+    o.cfg = s % 2 ? CfgMode::Paired : CfgMode::Separate;
+    o.max_frames = 2 + static_cast<int64_t>(rng() % 10);
+    o.sampling = s % 4 == 1 ? SamplingParams{0.0f, 50, 1.0f} : SamplingParams{0.9f, 50, 1.0f};
+    const std::string text = "lane request " + std::to_string(s) + std::string(rng() % 30, 'x');
+    const Voice v = testing::random_voice(c, 3 + static_cast<int64_t>(rng() % 20), s, "a voice");
+    spec.cond = s % 3 == 2 ? unconditional_prompt(c, text) : conditional_prompt(c, text, v);
+    if (s % 3 == 1) spec.uncond = unconditional_prompt(c, text);
+    reqs.push_back(std::move(spec));
+  }
+  std::vector<std::vector<int32_t>> want;
+  {
+    Drama3Model one(ckpt, *cuda, {1, 128});
+    for (const SessionSpec& r : reqs)
+      want.push_back(one.generate(r.cond, r.uncond ? &*r.uncond : nullptr, r.options, {}).codes);
+  }
+  Drama3Model many(ckpt, *cuda, {4, 16});
+  std::vector<std::vector<int32_t>> got(reqs.size());
+  std::map<uint64_t, size_t> of;
+  size_t next = 0, done = 0;
+  int64_t batched = 0, checked_steps = 0;
+  for (int guard = 0; done < reqs.size() && guard < 10000; ++guard) {
+    for (; next < reqs.size() && many.free_lanes() > 0; ++next) of[many.join(reqs[next])] = next;
+    const bool decoding = many.counters().prefill_rows > 0 && many.active_sessions() == 4;
+    const TransferCounters before = cuda->transfers();
+    const std::vector<StepEvent> events = many.step();
+    const TransferCounters after = cuda->transfers();
+    int64_t made = 0;
+    for (const StepEvent& e : events) made += !e.finished;
+    batched += made >= 2;
+    if (decoding && made == 4) {  // a pure decode step of four sessions
+      EXPECT_EQ(after.d2h_calls - before.d2h_calls, 1u);
+      EXPECT_EQ(after.allocs, before.allocs);
+      ++checked_steps;
+    }
+    for (const StepEvent& e : events) {
+      const size_t i = of.at(e.session);
+      if (e.finished) {
+        EXPECT_TRUE(e.error.empty()) << e.error;
+        of.erase(e.session);
+        ++done;
+        continue;
+      }
+      got[i].insert(got[i].end(), e.codes.begin(), e.codes.end());
+    }
+  }
+  ASSERT_EQ(done, reqs.size());
+  EXPECT_GT(batched, 0);
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  std::printf(
+      "12 requests on 4 CUDA lanes: %lld batched steps, %lld decode steps checked for one "
+      "read and no allocation\n",
+      static_cast<long long>(batched), static_cast<long long>(checked_steps));
+}
+
+}  // namespace
+}  // namespace drama

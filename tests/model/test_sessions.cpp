@@ -1,0 +1,228 @@
+// Sessions and lanes (docs/model.md): any mix of sessions joining, pausing and leaving at
+// different frames gives each session exactly the codes it gets alone, for 1, 2 and 4 threads;
+// a decode step makes exactly one device-to-host read and no allocation; no step carries more
+// prompt rows than the prefill chunk. Checkpoint: configs/tiny.json (NVFP4), seed 1.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "format/checkpoint.h"
+#include "model/drama3_model.h"
+#include "model/prompt.h"
+#include "util/error.h"
+
+#include "model/model_testing.h"
+
+namespace drama {
+namespace {
+
+using testing::make_checkpoint;
+
+struct Loaded {
+  Loaded(const std::filesystem::path& dir, int threads, ModelCapacity cap)
+      : ckpt(dir), backend(make_backend({"cpu", threads, 0.0})), model(ckpt, *backend, cap) {}
+  Checkpoint ckpt;
+  std::unique_ptr<Backend> backend;
+  Drama3Model model;
+};
+
+const std::filesystem::path& tiny_dir() {
+  static const auto dir = make_checkpoint("tiny-nvfp4", "--nvfp4");
+  return dir;
+}
+
+// A varied request: voice or none, gamma 1 / 1.5 / 2, paired or separate, several sampling
+// settings, prompt lengths from a few bytes to a long reference, 1 to 14 frames.
+struct Request {
+  SessionSpec spec;
+  int64_t cancel_after = -1;  // the caller stops after this many frames (-1: never)
+};
+
+Request make_request(const Drama3Config& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Request r;
+  const std::string text = "session " + std::to_string(seed) + std::string(rng() % 40, 'x');
+  const bool voiced = rng() % 3 != 0;
+  const float gammas[] = {1.0f, 1.5f, 2.0f};
+  GenerationOptions& o = r.spec.options;
+  o.seed = 100 + seed;
+  o.gamma = gammas[rng() % 3];
+  o.cfg = rng() % 2 ? CfgMode::Paired : CfgMode::Separate;
+  o.max_frames = 1 + static_cast<int64_t>(rng() % 14);
+  const SamplingParams sp[] = {
+      {0.9f, 50, 1.0f}, {0.0f, 50, 1.0f}, {1.2f, 0, 0.9f}, {0.7f, 5, 1.0f}};
+  o.sampling = sp[rng() % 4];
+  if (voiced) {
+    const Voice v = testing::random_voice(c, 2 + static_cast<int64_t>(rng() % 30), seed,
+                                          "reference " + std::to_string(seed));
+    r.spec.cond = conditional_prompt(c, text, v);
+    if (o.gamma != 1.0f) r.spec.uncond = unconditional_prompt(c, text);
+  } else {
+    r.spec.cond = unconditional_prompt(c, text);
+  }
+  if (rng() % 5 == 0) r.cancel_after = static_cast<int64_t>(rng() % 4);
+  return r;
+}
+
+struct Outcome {
+  std::vector<int32_t> codes;
+  StopReason stop = StopReason::MaxFrames;
+  bool operator==(const Outcome&) const = default;
+};
+
+// Each request alone, through generate() on a one-lane model.
+Outcome alone(Drama3Model& m, const Request& r) {
+  Outcome out;
+  int64_t frames = 0;
+  const GenerationResult g =
+      m.generate(r.spec.cond, r.spec.uncond ? &*r.spec.uncond : nullptr, r.spec.options,
+                 [&](int64_t, std::span<const int32_t>) { return ++frames != r.cancel_after; });
+  out.codes = g.codes;
+  out.stop = g.stop;
+  return out;
+}
+
+// All requests on a `lanes`-lane model under a random schedule: joins at random steps while a
+// lane is free, random holds (a slow consumer), cancellation after `cancel_after` frames.
+std::vector<Outcome> scheduled(Drama3Model& m, const std::vector<Request>& reqs, uint64_t seed,
+                               int64_t& batched_steps) {
+  std::mt19937_64 rng(seed);
+  std::vector<Outcome> out(reqs.size());
+  std::map<uint64_t, size_t> of;  // session -> request
+  std::map<uint64_t, int64_t> frames;
+  size_t next = 0;
+  size_t done = 0;
+  for (int guard = 0; done < reqs.size(); ++guard) {
+    if (guard > 10000) throw std::runtime_error("schedule did not finish");
+    while (next < reqs.size() && m.free_lanes() > 0 && rng() % 3 != 0) {
+      of[m.join(reqs[next].spec)] = next;
+      ++next;
+    }
+    for (const auto& [session, i] : of) m.hold(session, rng() % 4 == 0);
+    std::vector<StepEvent> events = m.step();
+    int64_t made = 0;
+    for (const StepEvent& e : events) made += !e.finished;
+    batched_steps += made >= 2;
+    for (StepEvent& e : events) {
+      const size_t i = of.at(e.session);
+      if (e.finished) {
+        EXPECT_TRUE(e.error.empty()) << e.error;
+        if (out[i].stop != StopReason::Cancelled || reqs[i].cancel_after < 0) out[i].stop = e.stop;
+        of.erase(e.session);
+        ++done;
+        continue;
+      }
+      out[i].codes.insert(out[i].codes.end(), e.codes.begin(), e.codes.end());
+      if (++frames[e.session] == reqs[i].cancel_after) {
+        out[i].stop = StopReason::Cancelled;
+        m.cancel(e.session);
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Sessions, AnyScheduleGivesEachSessionItsCodesAlone) {
+  const auto& dir = tiny_dir();
+  Checkpoint ck(dir);
+  const Drama3Config& c = ck.config();
+  std::vector<Request> reqs;
+  for (uint64_t s = 0; s < 12; ++s) reqs.push_back(make_request(c, s));
+  std::vector<Outcome> want;
+  {
+    Loaded one(dir, 1, {1, 128});
+    for (const Request& r : reqs) want.push_back(alone(one.model, r));
+  }
+  int64_t frames = 0;
+  for (const Outcome& o : want) frames += static_cast<int64_t>(o.codes.size());
+  ASSERT_GT(frames, 0);
+  int schedules = 0;
+  for (int threads : {1, 2, 4}) {
+    // A small prefill chunk, so long prompts take several steps beside streaming sessions.
+    Loaded many(dir, threads, {4, 7});
+    for (uint64_t seed = 0; seed < (threads == 1 ? 6u : 2u); ++seed) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + " schedule " + std::to_string(seed));
+      int64_t batched = 0;
+      const std::vector<Outcome> got = scheduled(many.model, reqs, seed, batched);
+      EXPECT_GT(batched, 0);  // steps that made frames of two sessions or more
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        EXPECT_EQ(got[i].codes, want[i].codes) << "request " << i;
+        EXPECT_EQ(got[i].stop, want[i].stop) << "request " << i;
+      }
+      EXPECT_LE(many.model.counters().max_prefill_rows, 7);
+      ++schedules;
+    }
+    EXPECT_EQ(many.model.active_sessions(), 0);
+  }
+  EXPECT_EQ(schedules, 10);
+}
+
+TEST(Sessions, ADecodeStepReadsOnceAndAllocatesNothing) {
+  const auto& dir = tiny_dir();
+  Loaded l(dir, 2, {8, 16});
+  const Drama3Config& c = l.ckpt.config();
+  const TransferCounters at_load = l.backend->transfers();
+  for (int sessions : {1, 3, 8}) {
+    SCOPED_TRACE(std::to_string(sessions) + " sessions");
+    std::vector<uint64_t> ids;
+    for (int s = 0; s < sessions; ++s) {
+      Request r = make_request(c, 50 + s);
+      r.spec.options.max_frames = 1000;
+      r.spec.options.sampling = {0.9f, 0, 1.0f};
+      ids.push_back(l.model.join(r.spec));
+    }
+    // Prefill (chunks of 16 rows) until every session streams.
+    int64_t made = 0;
+    for (int step = 0; step < 200 && made < sessions; ++step)
+      for (const StepEvent& e : l.model.step()) made += e.finished ? 0 : e.frame == 0;
+    ASSERT_EQ(made, sessions);
+    for (int step = 0; step < 3; ++step) {
+      const int64_t active = l.model.active_sessions();
+      ASSERT_GT(active, 0);
+      const TransferCounters before = l.backend->transfers();
+      const std::vector<StepEvent> ev = l.model.step();
+      const TransferCounters after = l.backend->transfers();
+      EXPECT_EQ(after.d2h_calls - before.d2h_calls, 1u);
+      EXPECT_EQ(after.d2h_bytes - before.d2h_bytes,
+                static_cast<uint64_t>(active * (c.audio.num_codebooks + 1) * 4));
+      EXPECT_EQ(after.h2d_calls - before.h2d_calls, 1u);  // the step's plan
+      EXPECT_EQ(after.allocs, before.allocs);
+      EXPECT_GE(static_cast<int64_t>(ev.size()), active);  // a frame (or an end) each
+    }
+    for (uint64_t id : ids) l.model.cancel(id);
+    l.model.step();
+    EXPECT_EQ(l.model.active_sessions(), 0);
+  }
+  EXPECT_EQ(l.backend->transfers().allocs, at_load.allocs);  // nothing since load
+  EXPECT_LE(l.model.counters().max_prefill_rows, 16);
+  EXPECT_GT(l.model.counters().prefill_rows, 0);
+}
+
+TEST(Sessions, RefusalsAndAFullModel) {
+  const auto& dir = tiny_dir();
+  Loaded l(dir, 1, {2, 32});
+  const Drama3Config& c = l.ckpt.config();
+  Request r = make_request(c, 7);
+  const uint64_t a = l.model.join(r.spec), b = l.model.join(r.spec);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(l.model.free_lanes(), 0);
+  try {
+    l.model.join(r.spec);
+    FAIL() << "a third session joined a two-lane model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lanes"), std::string::npos) << e.what();
+  }
+  SessionSpec empty;
+  EXPECT_THROW(l.model.join(empty), Error);
+  l.model.cancel(a);
+  l.model.cancel(b);
+  const std::vector<StepEvent> ev = l.model.step();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_TRUE(ev[0].finished && ev[1].finished);
+  EXPECT_EQ(ev[0].stop, StopReason::Cancelled);
+  EXPECT_EQ(l.model.free_lanes(), 2);
+}
+
+}  // namespace
+}  // namespace drama

@@ -1,0 +1,71 @@
+"""Speaker classifier for the voice-cloning check: MFCC statistics + multinomial logistic
+regression, numpy only (no sklearn: not needed for 20-odd classes).
+
+Features of an utterance: mean and standard deviation over frames of 13 MFCCs and their deltas
+(25 ms frames, 10 ms hop, 16 kHz, 26 mel bands): 52 numbers, standardised with the training
+set's mean and deviation. The regression is trained by full-batch gradient descent with L2, from
+zeros: deterministic."""
+
+import numpy as np
+
+
+def _mel_filters(rate, n_fft, n_mels):
+    mel = lambda f: 2595.0 * np.log10(1.0 + f / 700.0)  # noqa: E731
+    hz = 700.0 * (10 ** (np.linspace(mel(0), mel(rate / 2), n_mels + 2) / 2595.0) - 1.0)
+    bins = np.linspace(0, rate / 2, n_fft // 2 + 1)
+    lower, center, upper = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+    return np.clip(np.minimum((bins - lower) / (center - lower), (upper - bins) / (upper - center)), 0, None)
+
+
+def mfcc(x, rate=16000, n_mfcc=13, n_mels=26, frame=400, hop=160, n_fft=512):
+    x = np.asarray(x, dtype=np.float64)
+    if len(x) < frame:
+        x = np.pad(x, (0, frame - len(x)))
+    x = np.append(x[0], x[1:] - 0.97 * x[:-1])
+    count = 1 + (len(x) - frame) // hop
+    idx = np.arange(frame)[None] + hop * np.arange(count)[:, None]
+    frames = x[idx] * np.hamming(frame)
+    power = np.abs(np.fft.rfft(frames, n_fft)) ** 2 / n_fft
+    energies = np.log(power @ _mel_filters(rate, n_fft, n_mels).T + 1e-10)
+    k = np.arange(n_mels)
+    dct = np.cos(np.pi / n_mels * (k[None] + 0.5) * np.arange(n_mfcc)[:, None])
+    return energies @ dct.T  # [frames, n_mfcc]
+
+
+def features(x, rate=16000):
+    m = mfcc(x, rate)
+    d = np.gradient(m, axis=0) if len(m) > 1 else np.zeros_like(m)
+    return np.concatenate([m.mean(0), m.std(0), d.mean(0), d.std(0)])
+
+
+class SpeakerClassifier:
+    def __init__(self, l2=1e-3, steps=2000, lr=0.5):
+        self.l2, self.steps, self.lr = l2, steps, lr
+
+    def fit(self, feats, labels):
+        self.classes = sorted(set(labels))
+        x = np.asarray(feats)
+        self.mean, self.std = x.mean(0), x.std(0) + 1e-8
+        x = (x - self.mean) / self.std
+        y = np.zeros((len(labels), len(self.classes)))
+        y[np.arange(len(labels)), [self.classes.index(l) for l in labels]] = 1
+        self.w = np.zeros((x.shape[1], len(self.classes)))
+        self.b = np.zeros(len(self.classes))
+        for _ in range(self.steps):
+            p = self._softmax(x @ self.w + self.b)
+            g = (p - y) / len(x)
+            self.w -= self.lr * (x.T @ g + self.l2 * self.w)
+            self.b -= self.lr * g.sum(0)
+        return self
+
+    @staticmethod
+    def _softmax(z):
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def probabilities(self, feats):
+        return self._softmax(((np.asarray(feats) - self.mean) / self.std) @ self.w + self.b)
+
+    def predict(self, feats):
+        return [self.classes[i] for i in self.probabilities(feats).argmax(axis=1)]

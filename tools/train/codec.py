@@ -1,0 +1,222 @@
+"""Training the Mimi-architecture codec (docs/training.md). The forward pass is
+tools/reference/mimi.py's own code run on trainable tensors, so what is trained is what the
+reference (and through its parity tests, the engine) decodes.
+
+The quantizer is the hard part (issue 14: naive EMA RVQ codecs collapsed to a constant output):
+- codebooks are EMA k-means in Mimi's own representation (embed_sum / cluster_usage, exported
+  unchanged), each initialised by k-means on the first batch's residuals;
+- a code whose usage falls below `dead_usage` is restarted on a random residual of the batch;
+- low-dimensional codes (vector_quantization_hidden_dimension, e.g. 32) through Mimi's
+  input_proj/output_proj, as DAC factorises;
+- quantizer dropout (a random number of codebooks per batch) so early codebooks carry the most;
+- losses: multi-resolution log-mel L1 + log-STFT L1, commitment; after `adv_start` steps a
+  multi-scale STFT discriminator (hinge + feature matching) as EnCodec/Mimi train with."""
+
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+
+import mimi  # noqa: E402
+
+import layout  # noqa: E402
+
+
+def _mel_filters(sample_rate, n_fft, n_mels):
+    def hz_to_mel(f):
+        return 2595.0 * math.log10(1.0 + f / 700.0)
+
+    mels = torch.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), n_mels + 2)
+    hz = 700.0 * (10 ** (mels / 2595.0) - 1.0)
+    bins = torch.linspace(0, sample_rate / 2, n_fft // 2 + 1)
+    lower, center, upper = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+    up = (bins[None] - lower) / (center - lower)
+    down = (upper - bins[None]) / (upper - center)
+    return torch.clamp(torch.minimum(up, down), min=0.0)  # [n_mels, bins]
+
+
+class SpectralLoss:
+    """Multi-resolution log-mel L1 plus log-magnitude STFT L1."""
+
+    def __init__(self, sample_rate, sizes=(256, 512, 1024, 2048), n_mels=64):
+        self.sizes = sizes
+        self.mels = {n: _mel_filters(sample_rate, n, n_mels) for n in sizes}
+
+    def __call__(self, y_hat, y):
+        mel_loss = stft_loss = 0.0
+        for n in self.sizes:
+            window = torch.hann_window(n, device=y.device)
+            spec = lambda s: torch.stft(s, n, n // 4, window=window, return_complex=True).abs()  # noqa: E731
+            a, b = spec(y_hat), spec(y)
+            fb = self.mels[n].to(y.device)
+            mel_loss = mel_loss + F.l1_loss(torch.log(fb @ a + 1e-5), torch.log(fb @ b + 1e-5))
+            stft_loss = stft_loss + F.l1_loss(torch.log(a + 1e-5), torch.log(b + 1e-5))
+        return mel_loss / len(self.sizes), stft_loss / len(self.sizes)
+
+
+class StftDiscriminator(torch.nn.Module):
+    """Multi-scale STFT discriminator (EnCodec's MS-STFT-D, smaller): real/imag planes through
+    2-D convolutions at three resolutions; returns per-scale logits and feature maps."""
+
+    def __init__(self, channels=32, sizes=(512, 1024, 2048)):
+        super().__init__()
+        self.sizes = sizes
+        self.nets = torch.nn.ModuleList()
+        for _ in sizes:
+            self.nets.append(torch.nn.ModuleList([
+                torch.nn.Conv2d(2, channels, (3, 9), padding=(1, 4)),
+                torch.nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4)),
+                torch.nn.Conv2d(channels, channels, (3, 9), stride=(1, 2), padding=(1, 4)),
+                torch.nn.Conv2d(channels, channels, (3, 3), padding=(1, 1)),
+                torch.nn.Conv2d(channels, 1, (3, 3), padding=(1, 1))]))
+
+    def forward(self, y):
+        outs = []
+        for n, net in zip(self.sizes, self.nets):
+            window = torch.hann_window(n, device=y.device)
+            s = torch.stft(y, n, n // 4, window=window, return_complex=True)
+            x = torch.stack([s.real, s.imag], dim=1).transpose(2, 3)  # [B, 2, frames, bins]
+            features = []
+            for i, conv in enumerate(net):
+                x = conv(x)
+                if i < len(net) - 1:
+                    x = F.leaky_relu(x, 0.2)
+                    features.append(x)
+            outs.append((x, features))
+        return outs
+
+
+class Codec:
+    """Trainable parameters + EMA codebooks of one Mimi codec, and the training forward."""
+
+    def __init__(self, codec_config, seed, device="cpu", decay=0.99, dead_usage=0.5,
+                 commitment=0.25):
+        self.raw = dict(codec_config)
+        self.c = mimi.config_from_dict(self.raw)
+        self.decay, self.dead_usage, self.commitment = decay, dead_usage, commitment
+        generator = torch.Generator().manual_seed(seed)
+        values = layout.initial_values(layout.mimi_layout(self.raw), generator)
+        self.buffers = {n: v.to(device) for n, v in values.items() if ".codebook." in n}
+        self.params = {n: torch.nn.Parameter(v.to(device)) for n, v in values.items()
+                       if ".codebook." not in n}
+        self.model = mimi.Mimi(None, self.c, {**self.params, **self.buffers})
+        self.generator = torch.Generator(device=device).manual_seed(seed + 1)
+        self.device = device
+
+    def tensors(self):
+        """Every tensor (parameters and codebook state), for export and checkpoints."""
+        return {**{n: p.detach() for n, p in self.params.items()}, **self.buffers}
+
+    def load(self, tensors):
+        with torch.no_grad():
+            for n, p in self.params.items():
+                p.copy_(tensors[n])
+            for n, b in self.buffers.items():
+                b.copy_(tensors[n])
+
+    def encode_latent(self, pcm):
+        m = self.model
+        e = m.encoder(pcm[:, None])
+        e = m.transformer(e.transpose(1, 2), "encoder_transformer").transpose(1, 2)
+        return m.conv1d(e, "downsample", stride=2, replicate=True)  # [B, hidden, frames]
+
+    def decode_latent(self, emb):
+        m = self.model
+        emb = m.conv_transpose1d(emb, "upsample", stride=2, groups=self.c.upsample_groups)
+        emb = m.transformer(emb.transpose(1, 2), "decoder_transformer").transpose(1, 2)
+        return m.decoder(emb)[:, 0]
+
+    def _codebook(self, prefix, i):
+        p = f"{prefix}.layers.{i}.codebook."
+        return self.buffers[p + "embed_sum"] / self.buffers[p + "cluster_usage"].clamp(min=1e-5)[:, None]
+
+    def _kmeans_init(self, prefix, i, x, iterations=10):
+        p = f"{prefix}.layers.{i}.codebook."
+        n = self.c.codebook_size
+        pick = torch.randint(0, x.shape[0], (n,), generator=self.generator, device=x.device)
+        centers = x[pick].clone()
+        for _ in range(iterations):
+            idx = torch.cdist(x, centers).argmin(dim=1)
+            counts = torch.bincount(idx, minlength=n).float()
+            sums = torch.zeros_like(centers).index_add_(0, idx, x)
+            filled = counts > 0
+            centers[filled] = sums[filled] / counts[filled, None]
+        self.buffers[p + "embed_sum"].copy_(centers)
+        self.buffers[p + "cluster_usage"].fill_(1.0)
+        self.buffers[p + "initialized"].fill_(1.0)
+
+    def _update(self, prefix, i, x, idx):
+        """EMA update of one codebook from residuals x [N, D] assigned to idx, then restarts."""
+        p = f"{prefix}.layers.{i}.codebook."
+        usage, embed_sum = self.buffers[p + "cluster_usage"], self.buffers[p + "embed_sum"]
+        counts = torch.bincount(idx, minlength=usage.shape[0]).float()
+        sums = torch.zeros_like(embed_sum).index_add_(0, idx, x)
+        usage.mul_(self.decay).add_(counts, alpha=1 - self.decay)
+        embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
+        dead = usage < self.dead_usage
+        n_dead = int(dead.sum())
+        if n_dead:
+            pick = torch.randint(0, x.shape[0], (n_dead,), generator=self.generator, device=x.device)
+            embed_sum[dead] = x[pick] * self.dead_usage
+            usage[dead] = self.dead_usage
+        return n_dead
+
+    def quantize(self, e, n_q, train):
+        """e [B, hidden, F] -> (quantized embedding [B, hidden, F], codes [B, F, n_q],
+        commitment loss, stats)."""
+        m = self.model
+        b, _, frames = e.shape
+        out, codes, commit, dead, used = 0.0, [], 0.0, 0, []
+        for prefix, first, count in m.rvq_parts(self.c.num_quantizers):
+            count = max(0, min(count, n_q - first))
+            if count <= 0:
+                continue
+            z = m.project(e, prefix + ".input_proj.weight")  # [B, D, F]
+            flat = z.transpose(1, 2).reshape(-1, z.shape[1])
+            residual, total = flat.detach(), torch.zeros_like(flat)
+            for i in range(count):
+                if train and self.buffers[f"{prefix}.layers.{i}.codebook.initialized"].item() < 0.5:
+                    self._kmeans_init(prefix, i, residual)
+                embed = self._codebook(prefix, i)
+                idx = torch.cdist(residual, embed).argmin(dim=1)
+                q = embed[idx]
+                if train:
+                    dead += self._update(prefix, i, residual, idx)
+                used.append(idx.unique().numel())
+                codes.append(idx.view(b, frames))
+                total = total + q
+                residual = residual - q
+            commit = commit + F.mse_loss(flat, total.detach())
+            zq = flat + (total - flat).detach()  # straight-through to the encoder
+            part = m.project(zq.view(b, frames, -1).transpose(1, 2), prefix + ".output_proj.weight")
+            out = part if isinstance(out, float) else out + part
+        stats = {"dead_restarts": dead, "codes_used_min": min(used) if used else 0}
+        return out, torch.stack(codes, dim=-1), commit * self.commitment, stats
+
+    def forward(self, pcm, n_q, train=True):
+        e = self.encode_latent(pcm)
+        emb, codes, commit, stats = self.quantize(e, n_q, train)
+        y = self.decode_latent(emb)
+        return y[:, : pcm.shape[1]], codes, commit, stats
+
+    @torch.no_grad()
+    def encode(self, pcm):
+        """pcm [B, T] -> codes [B, F, num_quantizers] (nearest code in float32)."""
+        return self.quantize(self.encode_latent(pcm), self.c.num_quantizers, False)[1]
+
+    @torch.no_grad()
+    def decode(self, codes):
+        """codes [B, F, K] -> pcm [B, F * samples_per_frame], the reference's decode path."""
+        emb = None
+        for prefix, first, count in self.model.rvq_parts(codes.shape[-1]):
+            if count <= 0:
+                continue
+            q = sum(self._codebook(prefix, i)[codes[..., first + i]] for i in range(count))
+            part = self.model.project(q.transpose(1, 2), prefix + ".output_proj.weight")
+            emb = part if emb is None else emb + part
+        return self.decode_latent(emb)

@@ -1,0 +1,135 @@
+"""Training data: corpus audio for the codec, codes + IPA tokens for the model (docs/training.md).
+
+- Codec: random crops of the training utterances (held-out sentences are never read).
+- Model: every training utterance's codes (encoded once by the trained codec) and text tokens
+  (the checkpoint's text frontend, espeak-ipa through tools/reference/text_frontend.py). An
+  example pairs a target utterance with a reference: another training utterance of the same
+  speaker, dropped with probability `drop_reference` (the unconditional prompt)."""
+
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "corpus"))
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+
+import audio  # noqa: E402
+import text_frontend  # noqa: E402
+
+
+def read_corpus(corpus_dir, split="train"):
+    rows = []
+    with open(os.path.join(corpus_dir, "corpus.tsv"), encoding="utf-8") as f:
+        header = f.readline().rstrip("\n").split("\t")
+        for line in f:
+            row = dict(zip(header, line.rstrip("\n").split("\t")))
+            if row["split"] == split:
+                rows.append(row)
+    return rows
+
+
+def load_audio(corpus_dir, rows):
+    """[int16 numpy arrays] of the rows' wavs (24 kHz)."""
+    out = []
+    for r in rows:
+        x, rate = audio.read_wav(os.path.join(corpus_dir, r["path"]))
+        if rate != 24000:
+            x = audio.resample(x, rate, 24000)
+        out.append((np.clip(x, -1, 1) * 32767).astype(np.int16))
+    return out
+
+
+class CropSampler:
+    """Batches of random `seconds`-long crops (zero-padded when shorter), seeded."""
+
+    def __init__(self, waves, seconds, seed, sample_rate=24000):
+        self.waves, self.length = waves, int(seconds * sample_rate)
+        self.rng = random.Random(seed)
+
+    def batch(self, size):
+        out = np.zeros((size, self.length), dtype=np.float32)
+        for i in range(size):
+            w = self.waves[self.rng.randrange(len(self.waves))]
+            start = self.rng.randrange(max(1, len(w) - self.length + 1))
+            piece = w[start:start + self.length].astype(np.float32) / 32768.0
+            out[i, :len(piece)] = piece
+        return torch.from_numpy(out)
+
+    def state(self):
+        return self.rng.getstate()
+
+
+def text_tokens(config, text):
+    t = config["text"]
+    return text_frontend.text_tokens(text, t.get("frontend", "bytes"), t.get("language", "en-us"))
+
+
+class PairSampler:
+    """Model examples: (reference or None, target) utterances of one speaker, seeded."""
+
+    def __init__(self, utterances, seed, drop_reference=0.15, max_frames=None):
+        self.by_speaker = {}
+        for u in utterances:
+            if max_frames is None or len(u["codes"]) <= max_frames:
+                self.by_speaker.setdefault(u["speaker"], []).append(u)
+        self.speakers = sorted(s for s, us in self.by_speaker.items() if len(us) >= 2)
+        self.rng = random.Random(seed)
+        self.drop_reference = drop_reference
+
+    def batch(self, size):
+        out = []
+        for _ in range(size):
+            us = self.by_speaker[self.speakers[self.rng.randrange(len(self.speakers))]]
+            target, ref = self.rng.sample(us, 2)
+            out.append((None if self.rng.random() < self.drop_reference else ref, target))
+        return out
+
+
+def collate(config, examples, device):
+    """Padded batch for model.Drama3Train.forward (spec section 6 layout)."""
+    text, k = config["text"], config["audio"]["num_codebooks"]
+    eos_code = config["audio"].get("eos_code", config["audio"]["codebook_size"])
+    seqs, preds = [], []
+    for b, (ref, target) in enumerate(examples):
+        tokens, codes, is_audio = [], [], []
+
+        def add_text(ids):
+            for i in [text["bos_id"], *ids, text["eos_id"]]:
+                tokens.append(i)
+                codes.append([0] * k)
+                is_audio.append(False)
+
+        def add_frames(frames):
+            for f in frames:
+                tokens.append(0)
+                codes.append(list(f))
+                is_audio.append(True)
+
+        if ref is not None:
+            add_text(ref["tokens"])
+            add_frames(ref["codes"])
+        add_text(target["tokens"])
+        first = len(tokens) - 1  # the target text's eos predicts frame 0
+        add_frames(target["codes"])
+        for t, frame in enumerate(list(target["codes"]) + [None]):
+            c = [eos_code] + [0] * (k - 1) if frame is None else list(frame)
+            preds.append((b, first + t, c))
+        seqs.append((tokens, codes, is_audio))
+    length = max(len(s[0]) for s in seqs)
+    bsz = len(seqs)
+    tok = torch.zeros(bsz, length, dtype=torch.int64)
+    cod = torch.zeros(bsz, length, k, dtype=torch.int64)
+    aud = torch.zeros(bsz, length, dtype=torch.bool)
+    for b, (t, c, a) in enumerate(seqs):
+        tok[b, :len(t)] = torch.tensor(t)
+        cod[b, :len(t)] = torch.tensor(c)
+        aud[b, :len(t)] = torch.tensor(a)
+    target = torch.tensor([p[2] for p in preds], dtype=torch.int64)
+    return {"tokens": tok.to(device), "codes": cod.to(device), "is_audio": aud.to(device),
+            "pred_batch": torch.tensor([p[0] for p in preds], device=device),
+            "pred_pos": torch.tensor([p[1] for p in preds], device=device),
+            "target_c0": target[:, 0].to(device), "target_codes": target.to(device)}

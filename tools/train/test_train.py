@@ -1,0 +1,194 @@
+"""Self-tests of tools/train/ on CPU (torch 1.13 here, 2.x on the GPU machine), a few seconds
+each; tests/train/test_train_smoke.cpp runs them in CTest.
+
+- The layouts equal the tensors `drama make-checkpoint` writes for the same config ($DRAMA_BIN).
+- The batched training forward gives the reference's teacher-forced logits (tools/reference/
+  drama3.py) on the exported checkpoint, and the training codec decodes as tools/reference/mimi.py.
+- A few steps of every stage run on a tiny synthetic corpus, resume from their saved state, and
+  the export loads and speaks in `drama` (quantize, then say)."""
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "corpus"))
+
+import audio  # noqa: E402
+import codec as codec_lib  # noqa: E402
+import data  # noqa: E402
+import drama3  # noqa: E402
+import layout  # noqa: E402
+import mimi  # noqa: E402
+import model as model_lib  # noqa: E402
+import safetensors_io  # noqa: E402
+import train  # noqa: E402
+
+TINY = os.path.join(HERE, "tiny.json")
+DRAMA = os.environ.get("DRAMA_BIN")
+TEXTS = ["The cat sat on the mat.", "Dr. Smith has 3 dogs, really!", "I can breathe better now",
+         "Exhale when you lift the weight", "She sighed sadly at the table"]
+
+
+def tiny_config():
+    with open(TINY) as f:
+        return json.load(f)
+
+
+def relative_l2(a, b):
+    return float((a - b).norm() / b.norm().clamp(min=1e-30))
+
+
+def write_corpus(folder):
+    """2 speakers x 5 utterances of 1-1.6 s tone sweeps (24 kHz), the last one of each held out."""
+    os.makedirs(os.path.join(folder, "wav"), exist_ok=True)
+    rows = ["speaker\tsentence\tsplit\tseconds\tpath\ttext\n"]
+    g = torch.Generator().manual_seed(5)
+    for s in range(2):
+        for i, text in enumerate(TEXTS):
+            n = 24000 + 4800 * (i % 3)
+            t = torch.arange(n) / 24000.0
+            f0 = 120.0 + 60 * s + 20 * i
+            x = 0.3 * torch.sin(2 * math.pi * f0 * t * (1 + 0.2 * t)) + 0.01 * torch.randn(n, generator=g)
+            rel = f"wav/s{s}-{i}.wav"
+            audio.write_wav(os.path.join(folder, rel), x.numpy(), 24000)
+            split = "heldout" if i == len(TEXTS) - 1 else "train"
+            rows.append(f"spk{s}\tu{i}\t{split}\t{n / 24000:.3f}\t{rel}\t{text}\n")
+    with open(os.path.join(folder, "corpus.tsv"), "w") as f:
+        f.writelines(rows)
+
+
+class Layouts(unittest.TestCase):
+    @unittest.skipUnless(DRAMA, "DRAMA_BIN is not set")
+    def test_layouts_equal_make_checkpoint(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "ckpt")
+            subprocess.run([DRAMA, "make-checkpoint", "--config", TINY, "--seed", "1", "-o", out],
+                           check=True, capture_output=True)
+            tensors, _ = safetensors_io.load_dir(out)
+            mine = {n: s for n, s, _ in layout.drama3_layout(tiny_config())}
+            self.assertEqual(mine, {n: list(t.shape) for n, t in tensors.items()})
+            codec, _ = safetensors_io.load(os.path.join(out, "codec", "model.safetensors"))
+            mine = {n: s for n, s, _ in layout.mimi_layout(tiny_config()["codec"])}
+            self.assertEqual(mine, {n: list(t.shape) for n, t in codec.items()})
+
+
+class Parity(unittest.TestCase):
+    def test_training_forward_equals_reference_logits(self):
+        config = tiny_config()
+        m = model_lib.Drama3Train(config, 3)
+        m.load({n: t.to(torch.bfloat16).float() for n, t in m.tensors().items()})  # as exported
+        g = torch.Generator().manual_seed(2)
+        k, cs = config["audio"]["num_codebooks"], config["audio"]["codebook_size"]
+        ref = {"tokens": data.text_tokens(config, TEXTS[1]), "codes": torch.randint(0, cs, (4, k), generator=g).tolist()}
+        target = {"tokens": data.text_tokens(config, TEXTS[0]), "codes": torch.randint(0, cs, (5, k), generator=g).tolist()}
+        with tempfile.TemporaryDirectory() as tmp:
+            os.makedirs(os.path.join(tmp, "codec"))
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                json.dump({k_: v for k_, v in config.items() if k_ != "codec"}, f)
+            safetensors_io.save(os.path.join(tmp, "model.safetensors"),
+                                {n: t.to(torch.bfloat16) for n, t in m.tensors().items()})
+            reference = drama3.Drama3(tmp)
+            for voice in (ref, None):
+                batch = data.collate(config, [(voice, target)], "cpu")
+                with torch.no_grad():
+                    out = m.forward(batch)
+                v = None if voice is None else {"transcript": TEXTS[1], "codes": torch.tensor(ref["codes"])}
+                expected = drama3.branch_logits(reference, reference.prompt(TEXTS[0], v),
+                                                torch.tensor(target["codes"]))
+                self.assertLess(relative_l2(out["logits0"][:5], expected["codebook0"]), 1e-5)
+                self.assertLess(relative_l2(out["logits_tower"], expected["tower"]), 1e-5)
+
+    def test_forward_and_backward_run_under_bf16_autocast(self):
+        """The CUDA path trains under bf16 autocast; the CPU's autocast exercises the same casts."""
+        config = tiny_config()
+        m = model_lib.Drama3Train(config, 1)
+        g = torch.Generator().manual_seed(0)
+        codes = lambda n: torch.randint(0, 64, (n, 8), generator=g).tolist()  # noqa: E731
+        batch = data.collate(config, [({"tokens": [1, 2], "codes": codes(3)}, {"tokens": [4], "codes": codes(4)}),
+                                      (None, {"tokens": [5, 6], "codes": codes(2)})], "cpu")
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m.forward(batch)
+        (out["codebook0"] + out["tower"] + 0.01 * out["balance"]).backward()
+        for name in ("codebook0_head.weight", "tower.heads.weight", "audio_embed.weight"):
+            grad = m.params[name].grad
+            self.assertTrue(grad is not None and bool(torch.isfinite(grad).all()), name)
+        self.assertTrue(torch.isfinite(out["codebook0"]))
+
+    def test_training_codec_decodes_as_the_reference(self):
+        config = tiny_config()
+        c = codec_lib.Codec(config["codec"], 4)
+        g = torch.Generator().manual_seed(1)
+        codes = torch.randint(0, config["codec"]["codebook_size"], (6, 8), generator=g)
+        ref = mimi.Mimi(None, mimi.config_from_dict(config["codec"]), c.tensors())
+        with torch.no_grad():
+            self.assertLess(relative_l2(c.decode(codes[None])[0], ref.decode(codes)), 1e-6)
+            x = torch.randn(1, 9600, generator=g) * 0.1
+            mine = c.encode(x)[0]
+            theirs, margin = ref.encode(x[0], 8)
+            near_tie = margin < 1e-4
+            self.assertTrue(torch.equal(mine[~near_tie], theirs.long()[~near_tie]))
+
+
+class Pipeline(unittest.TestCase):
+    def test_stages_run_resume_and_export_loads_in_drama(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
+            write_corpus(corpus)
+            common = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
+                      "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
+                      "--set", "codec.adv_start=1", "--set", "codec.disc_channels=4",
+                      "--set", "codec.eval_every=0", "--set", "codec.log_every=1",
+                      "--set", "model.batch=2", "--set", "model.warmup=1", "--set", "model.log_every=1"]
+            # Chunk 1 stops after 2 codec steps (codec.steps=2 of a planned 3: then resumed).
+            self.assertEqual(train.main(["codec"] + common + ["--set", "codec.steps=2"]), 0)
+            self.assertEqual(train.main(["next"] + common + ["--set", "codec.steps=3", "--set", "model.steps=2"]), 0)
+            with open(os.path.join(work, "progress.json")) as f:
+                progress = json.load(f)
+            self.assertEqual(progress["done"], ["codec", "encode", "model", "export"])
+            with open(os.path.join(work, "codec", "losses.tsv")) as f:
+                steps = [line.split("\t")[0] for line in f][1:]
+            self.assertEqual(steps, ["1", "2", "3"])  # resumed at step 2, not restarted
+            # A state copied without its optimizer moments (what travels between machines)
+            # still resumes: the model goes on from step 2 to 3.
+            model_state = os.path.join(work, "model", "state")
+            for name in os.listdir(model_state):
+                if name.startswith("moments-"):
+                    os.remove(os.path.join(model_state, name))
+            self.assertEqual(train.main(["model"] + common + ["--set", "model.steps=3"]), 0)
+            with open(os.path.join(work, "model", "losses.tsv")) as f:
+                self.assertEqual([line.split("\t")[0] for line in f][1:], ["1", "2", "3"])
+            for folder, _, files in os.walk(work):
+                for name in files:
+                    self.assertLessEqual(os.path.getsize(os.path.join(folder, name)), 16 << 20, name)
+            export = os.path.join(work, "export")
+            reference = drama3.Drama3(export)  # the reference loads it
+            self.assertEqual(reference.frontend, "espeak-ipa")
+            if DRAMA:
+                quantized = os.path.join(tmp, "nvfp4")
+                subprocess.run([DRAMA, "quantize", export, quantized], check=True, capture_output=True)
+                wav = os.path.join(tmp, "out.wav")
+                env = dict(os.environ, DRAMA_LOCK_DIR=os.path.join(tmp, "locks"),
+                           DRAMA_CACHE=os.path.join(tmp, "cache"))
+                subprocess.run([DRAMA, "say", "Hello, 42 cats.", "--checkpoint", quantized,
+                                "--manifest", os.path.join(quantized, "manifest.json"),
+                                "--backend", "cpu", "--threads", "1", "--seed", "1",
+                                "--max-frames", "6", "-o", wav], check=True, capture_output=True,
+                               env=env)
+                x, rate = audio.read_wav(wav)
+                self.assertEqual(rate, 24000)
+                self.assertGreater(len(x), 0)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    unittest.main()

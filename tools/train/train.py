@@ -1,0 +1,411 @@
+"""drama-mini training driver: codec, then codes, then model, then export (docs/training.md).
+
+    python3 tools/train/train.py next  --work DIR --corpus CORPUS [--minutes 9] [--device cuda]
+    python3 tools/train/train.py codec|encode|model --work DIR --corpus CORPUS [--minutes M]
+    python3 tools/train/train.py export --work DIR -o CHECKPOINT_DIR
+    python3 tools/train/train.py eval-codec --work DIR --corpus CORPUS   reconstruction WER
+    (--config tools/train/drama-mini.json, --recipe tools/train/recipe.json, --set KEY=VALUE
+     overrides a recipe value, e.g. --set codec.steps=20)
+
+`next` runs whatever comes next for at most --minutes of wall time and returns: each call is one
+resumable chunk. Every stage saves its state under DIR (files of at most 16 MiB: state.py) when
+its time is up or its steps are done, and resumes from there. Losses go to DIR/<stage>/losses.tsv,
+time spent (wall seconds on the device) to DIR/progress.json. Same seed, same batches: every
+batch is drawn from a generator seeded by (seed, step), whatever the chunking."""
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+
+import codec as codec_lib  # noqa: E402
+import data  # noqa: E402
+import model as model_lib  # noqa: E402
+import safetensors_io  # noqa: E402
+import state  # noqa: E402
+
+STAGES = ("codec", "encode", "model", "export")
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def apply_overrides(recipe, sets):
+    for item in sets or []:
+        key, value = item.split("=", 1)
+        node, parts = recipe, key.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = json.loads(value)
+    return recipe
+
+
+class Progress:
+    """DIR/progress.json: stages done, steps, wall seconds per stage (the GPU time record)."""
+
+    def __init__(self, work):
+        self.path = os.path.join(work, "progress.json")
+        self.info = load_json(self.path) if os.path.exists(self.path) else {"done": [], "seconds": {}}
+
+    def add_seconds(self, stage, seconds):
+        self.info["seconds"][stage] = round(self.info["seconds"].get(stage, 0.0) + seconds, 1)
+
+    def mark_done(self, stage):
+        if stage not in self.info["done"]:
+            self.info["done"].append(stage)
+
+    def save(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.info, f, indent=1)
+        os.replace(tmp, self.path)
+
+
+def log_row(path, row):
+    new = not os.path.exists(path)
+    with open(path, "a") as f:
+        if new:
+            f.write("\t".join(row) + "\n")
+        else:
+            f.write("\t".join(str(v) for v in row.values()) + "\n")
+
+
+def append_losses(path, values):
+    new = not os.path.exists(path)
+    with open(path, "a") as f:
+        if new:
+            f.write("\t".join(values) + "\n")
+        f.write("\t".join(f"{v:.5g}" if isinstance(v, float) else str(v) for v in values.values()) + "\n")
+
+
+def lr_at(step, steps, base, warmup):
+    if step < warmup:
+        return base * (step + 1) / warmup
+    return base * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
+
+
+def make_codec(config, recipe, device):
+    return codec_lib.Codec(config["codec"], recipe["seed"], device)
+
+
+def load_codec_weights(work, config, recipe, device):
+    c = make_codec(config, recipe, device)
+    tensors, info = state.load(os.path.join(work, "codec", "state"))
+    if info is None:
+        raise ValueError(f"{work}: no codec state (run the codec stage first)")
+    c.load({n[len("codec."):]: t for n, t in tensors.items() if n.startswith("codec.")})
+    return c
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def train_codec(args, config, recipe, deadline):
+    r, device = recipe["codec"], args.device
+    folder = os.path.join(args.work, "codec")
+    os.makedirs(folder, exist_ok=True)
+    codec = make_codec(config, recipe, device)
+    disc = codec_lib.StftDiscriminator(r.get("disc_channels", 32)).to(device)
+    opt = torch.optim.AdamW(codec.params.values(), lr=r["lr"], betas=tuple(r["betas"]))
+    opt_d = torch.optim.AdamW(disc.parameters(), lr=r["lr"], betas=tuple(r["betas"]))
+    names = {p: n for n, p in codec.params.items()}
+    dnames = {p: n for n, p in disc.named_parameters()}
+    tensors, info = state.load(os.path.join(folder, "state"))
+    step = 0
+    if info:
+        step = info["step"]
+        codec.load({n[6:]: t for n, t in tensors.items() if n.startswith("codec.")})
+        disc.load_state_dict({n[5:]: t for n, t in tensors.items() if n.startswith("disc.")})
+        state.restore_optimizer(opt, names, {n[2:]: t for n, t in tensors.items() if n.startswith("g.")}, step)
+        state.restore_optimizer(opt_d, dnames, {n[2:]: t for n, t in tensors.items() if n.startswith("d.")}, step)
+    if step >= r["steps"]:
+        return True
+    rows = data.read_corpus(args.corpus, "train")
+    waves = data.load_audio(args.corpus, rows)
+    spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
+    k = config["codec"]["num_quantizers"]
+    start = time.time()
+    while step < r["steps"] and time.time() < deadline:
+        rng = random.Random(recipe["seed"] * 1_000_003 + step)
+        x = data.CropSampler(waves, r["seconds"], rng.random()).batch(r["batch"]).to(device)
+        n_q = k if rng.random() >= r["quantizer_dropout"] else rng.randint(1, k)
+        y, _, commit, stats = codec.forward(x, n_q)
+        mel, stft = spectral(y, x)
+        loss = mel + stft + commit
+        adv = fm = loss_d = torch.tensor(0.0)
+        if step >= r["adv_start"]:
+            real, fake = disc(x), disc(y.detach())
+            loss_d = sum(torch.relu(1 - a[0]).mean() + torch.relu(1 + b[0]).mean()
+                         for a, b in zip(real, fake)) / len(real)
+            opt_d.zero_grad()
+            loss_d.backward()
+            opt_d.step()
+            fake = disc(y)
+            adv = sum(torch.relu(1 - b[0]).mean() for b in fake) / len(fake)
+            fm = sum(torch.nn.functional.l1_loss(fb, ra.detach()) / (ra.detach().abs().mean() + 1e-5)
+                     for a, b in zip(real, fake) for ra, fb in zip(a[1], b[1])) / (len(real) * len(real[0][1]))
+            loss = loss + r["adv_weight"] * adv + r["fm_weight"] * fm
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(codec.params.values(), 1.0)
+        opt.step()
+        step += 1
+        if step % r["log_every"] == 0 or step == 1:
+            append_losses(os.path.join(folder, "losses.tsv"), {
+                "step": step, "mel": float(mel), "stft": float(stft), "commit": float(commit),
+                "adv": float(adv), "fm": float(fm), "disc": float(loss_d), "n_q": n_q,
+                "dead_restarts": stats["dead_restarts"], "codes_used_min": stats["codes_used_min"],
+                "seconds": round(time.time() - start, 1)})
+        if r.get("eval_every") and step % r["eval_every"] == 0:
+            evaluate_codec(args, codec, r, step)
+    save_codec(folder, codec, disc, opt, opt_d, names, dnames, step)
+    return step >= r["steps"]
+
+
+def save_codec(folder, codec, disc, opt, opt_d, names, dnames, step):
+    tensors = {"codec." + n: t for n, t in codec.tensors().items()}
+    tensors.update({"disc." + n: t for n, t in disc.state_dict().items()})
+    moments = {"g." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
+    moments.update({"d." + n: t for n, t in state.optimizer_tensors(opt_d, dnames).items()})
+    state.save(os.path.join(folder, "state"), tensors, {"stage": "codec", "step": step}, moments)
+
+
+def evaluate_codec(args, codec, r, step):
+    """Reconstruction WER of held-out utterances (pocketsphinx, when present) beside the
+    original audio's: the early warning for a collapsing codec."""
+    sys.path.insert(0, os.path.join(HERE, "..", "eval"))
+    import asr  # noqa: E402
+    import audio  # noqa: E402
+
+    rows = data.read_corpus(args.corpus, "heldout")[: r["eval_utterances"]]
+    if not rows:
+        return
+    out = os.path.join(args.work, "codec", "eval")
+    os.makedirs(out, exist_ok=True)
+    items_rec, items_src = [], []
+    for row, wave in zip(rows, data.load_audio(args.corpus, rows)):
+        x = torch.from_numpy(wave.astype("float32") / 32768.0)[None].to(codec.device)
+        y = codec.decode(codec.encode(x))[0].cpu().numpy()
+        uid = f"{row['speaker']}.{row['sentence']}"
+        audio.write_wav(os.path.join(out, uid + ".wav"), y, 24000)
+        items_rec.append((uid, os.path.join(out, uid + ".wav")))
+        items_src.append((uid, os.path.join(args.corpus, row["path"])))
+    try:
+        rec, src = asr.recognize(items_rec), asr.recognize(items_src)
+    except (OSError, RuntimeError) as error:
+        print(f"codec eval: no WER ({error})")
+        return
+    text = {f"{r_['speaker']}.{r_['sentence']}": r_["text"] for r_ in rows}
+    result = {"step": step, "reconstruction_wer": round(asr.wer((text[u], rec[u]) for u in text), 4),
+              "source_wer": round(asr.wer((text[u], src[u]) for u in text), 4),
+              "utterances": len(rows)}
+    append_losses(os.path.join(args.work, "codec", "eval.tsv"), result)
+    print(f"codec eval at step {step}: {result}")
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def encode_corpus(args, config, recipe, deadline):
+    folder = os.path.join(args.work, "codes")
+    if os.path.exists(os.path.join(folder, "index.json")):
+        return True
+    codec = load_codec_weights(args.work, config, recipe, args.device)
+    entries, codes = [], {}
+    for split in ("train", "heldout"):
+        rows = data.read_corpus(args.corpus, split)
+        for row, wave in zip(rows, data.load_audio(args.corpus, rows)):
+            x = torch.from_numpy(wave.astype("float32") / 32768.0)[None].to(args.device)
+            c = codec.encode(x)[0].to(torch.int16).cpu()
+            key = f"{row['speaker']}.{row['sentence']}"
+            codes[key] = c
+            entries.append({"key": key, "speaker": row["speaker"], "split": split,
+                            "text": row["text"], "tokens": data.text_tokens(config, row["text"]),
+                            "frames": int(c.shape[0])})
+    tmp = folder + ".partial"
+    os.makedirs(tmp, exist_ok=True)
+    files = state.save_tensors_split(tmp, "codes", codes)
+    with open(os.path.join(tmp, "index.json"), "w") as f:
+        json.dump({"files": files, "utterances": entries}, f)
+    os.replace(tmp, folder)
+    return True
+
+
+def load_codes(work):
+    folder = os.path.join(work, "codes")
+    index = load_json(os.path.join(folder, "index.json"))
+    codes = state.load_tensors_split(folder, index["files"])
+    out = []
+    for e in index["utterances"]:
+        out.append(dict(e, codes=codes[e["key"]].to(torch.int64).tolist()))
+    return out
+
+
+def train_model(args, config, recipe, deadline):
+    r, device = recipe["model"], args.device
+    folder = os.path.join(args.work, "model")
+    os.makedirs(folder, exist_ok=True)
+    m = model_lib.Drama3Train(config, recipe["seed"], device)
+    opt = torch.optim.AdamW(m.params.values(), lr=r["lr"], betas=(0.9, 0.95),
+                            weight_decay=r["weight_decay"])
+    names = {p: n for n, p in m.params.items()}
+    tensors, info = state.load(os.path.join(folder, "state"))
+    step = rewarm_from = 0
+    if info:
+        step = info["step"]
+        rewarm_from = step if not info["has_moments"] else 0
+        m.load({n[6:]: t for n, t in tensors.items() if n.startswith("model.")})
+        state.restore_optimizer(opt, names, {n[4:]: t for n, t in tensors.items() if n.startswith("opt.")}, step)
+    if step >= r["steps"]:
+        return True
+    utterances = [u for u in load_codes(args.work) if u["split"] == "train"]
+    autocast = device.startswith("cuda")
+    start = time.time()
+    while step < r["steps"] and time.time() < deadline:
+        sampler = data.PairSampler(utterances, recipe["seed"] * 1_000_003 + step,
+                                   r["drop_reference"], r["max_frames"])
+        batch = data.collate(config, sampler.batch(r["batch"]), device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, r["steps"], r["lr"], r["warmup"])
+            if rewarm_from:  # resumed without optimizer moments: warm up again
+                g["lr"] *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
+        with (torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()):
+            losses = m.forward(batch)
+        loss = losses["codebook0"] + losses["tower"] + r["balance_weight"] * losses["balance"]
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.params.values(), 1.0)
+        opt.step()
+        step += 1
+        if step % r["log_every"] == 0 or step == 1:
+            append_losses(os.path.join(folder, "losses.tsv"), {
+                "step": step, "codebook0": float(losses["codebook0"]), "tower": float(losses["tower"]),
+                "balance": float(losses["balance"]), "lr": opt.param_groups[0]["lr"],
+                "seconds": round(time.time() - start, 1)})
+    tensors = {"model." + n: t for n, t in m.tensors().items()}
+    moments = {"opt." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
+    state.save(os.path.join(folder, "state"), tensors, {"stage": "model", "step": step}, moments)
+    return step >= r["steps"]
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def export(args, config, recipe, out_dir):
+    """BF16 checkpoint directory (spec section 2): config.json, shards of at most 16 MiB with
+    model.safetensors.index.json, codec/config.json + codec/model.safetensors (float32). Then,
+    where drama is built: `drama quantize OUT OUT-nvfp4` writes the NVFP4 checkpoint + manifest."""
+    tensors, info = state.load(os.path.join(args.work, "model", "state"))
+    if info is None:
+        raise ValueError(f"{args.work}: no model state")
+    model_tensors = {n[6:]: t.to(torch.bfloat16) for n, t in tensors.items() if n.startswith("model.")}
+    codec = load_codec_weights(args.work, config, recipe, "cpu")
+    if os.path.exists(out_dir):
+        raise ValueError(f"{out_dir} exists")
+    tmp = out_dir + ".partial"
+    os.makedirs(os.path.join(tmp, "codec"))
+    model_config = {k: v for k, v in config.items() if k != "codec"}
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(model_config, f, indent=2)
+    parts, current, size = [], {}, 0
+    for name in sorted(model_tensors):
+        t = model_tensors[name].contiguous()
+        b = t.numel() * 2
+        if current and size + b > (15 << 20):
+            parts.append(current)
+            current, size = {}, 0
+        current[name] = t
+        size += b
+    parts.append(current)
+    weight_map, total = {}, 0
+    for i, part in enumerate(parts):
+        fname = f"model-{i + 1:05d}-of-{len(parts):05d}.safetensors"
+        safetensors_io.save(os.path.join(tmp, fname), part, {"format": "pt"})
+        for n, t in part.items():
+            weight_map[n] = fname
+            total += t.numel() * 2
+    with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    codec_config = dict(config["codec"], model_type="mimi", architectures=["MimiModel"],
+                        frame_rate=config["audio"]["frame_rate"])
+    with open(os.path.join(tmp, "codec", "config.json"), "w") as f:
+        json.dump(codec_config, f, indent=2)
+    safetensors_io.save(os.path.join(tmp, "codec", "model.safetensors"),
+                        {n: t.float().contiguous() for n, t in codec.tensors().items()}, {"format": "pt"})
+    os.rename(tmp, out_dir)
+    return True
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="drama-mini training driver")
+    p.add_argument("stage", choices=("next",) + STAGES + ("eval-codec",))
+    p.add_argument("--work", required=True)
+    p.add_argument("--corpus")
+    p.add_argument("-o", "--output", help="export: the checkpoint directory to write")
+    p.add_argument("--config", default=os.path.join(HERE, "drama-mini.json"))
+    p.add_argument("--recipe", default=os.path.join(HERE, "recipe.json"))
+    p.add_argument("--set", action="append", help="recipe override KEY=JSON, e.g. codec.steps=20")
+    p.add_argument("--minutes", type=float)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--threads", type=int, default=0)
+    args = p.parse_args(argv)
+    config = load_json(args.config)
+    recipe = apply_overrides(load_json(args.recipe), args.set)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(recipe["seed"])
+    os.makedirs(args.work, exist_ok=True)
+    minutes = args.minutes if args.minutes is not None else recipe["minutes_per_chunk"]
+    began = time.time()
+    deadline = began + 60 * minutes
+    progress = Progress(args.work)
+    # `next` asks every stage in order; a finished one returns at once (its saved step count has
+    # reached the recipe's), so raising a recipe's steps continues that stage.
+    stages = list(STAGES) if args.stage == "next" else [args.stage]
+    if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
+        evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
+                       recipe["codec"], "saved")
+        return 0
+    for stage in stages:
+        if stage != "export" and not args.corpus:
+            p.error("--corpus is required for " + stage)
+        t0 = time.time()
+        if stage == "codec":
+            done = train_codec(args, config, recipe, deadline)
+        elif stage == "encode":
+            done = encode_corpus(args, config, recipe, deadline)
+        elif stage == "model":
+            done = train_model(args, config, recipe, deadline)
+        else:
+            out = args.output or os.path.join(args.work, "export")
+            done = True if args.stage == "next" and os.path.exists(out) else export(args, config, recipe, out)
+        progress.add_seconds(stage, time.time() - t0)
+        if done:
+            progress.mark_done(stage)
+        progress.info["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+        progress.info["torch"] = torch.__version__
+        progress.save()
+        print(f"train: {stage} {'done' if done else 'paused'} after {time.time() - t0:.0f} s")
+        if not done or time.time() >= deadline:
+            break
+    print(f"train: progress {json.dumps(progress.info)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
