@@ -17,8 +17,8 @@ namespace drama::cpu {
 class CpuBackend final : public Backend {
  public:
   // threads >= 1. The ISA is normally cpu::select_isa() (honours DRAMA_CPU_ISA).
-  // min_split_work: work per extra thread before a loop is split (ThreadPool; kAutoSplit derives
-  // it from the measured fork/join cost); 0 splits every loop, which the thread-invariance tests
+  // min_split_work: work per extra thread before a loop is split (ThreadPool; kAutoSplit: the
+  // wait mode's default); 0 splits every loop, which the thread-invariance tests
   // and the contract's thread twins use. wait: how idle threads wait (ThreadPool::Wait).
   CpuBackend(int threads, Isa isa, double min_split_work = ThreadPool::kAutoSplit,
              ThreadPool::Wait wait = ThreadPool::Wait::Auto);

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <exception>
-#include <map>
 #include <string>
 
 #include "backend/backend.h"
@@ -73,8 +72,8 @@ ThreadPool::ThreadPool(int threads, double min_work_per_thread, Wait wait)
       min_work_(min_work_per_thread),
       spin_ns_(wait_ == Wait::Spin ? kSpinNs : 0),
       mail_(new Mailbox[static_cast<size_t>(threads_)]) {
+  if (min_work_ < 0) min_work_ = wait_ == Wait::Spin ? kSpinMinWork : kSleepMinWork;
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
-  if (min_work_ < 0) calibrate();
 }
 
 ThreadPool::~ThreadPool() {
@@ -82,32 +81,6 @@ ThreadPool::~ThreadPool() {
   for (int i = 1; i < threads_; ++i) post(mail_[i]);
   wake_sleepers(threads_);
   for (auto& t : workers_) t.join();
-}
-
-void ThreadPool::calibrate() {
-  if (wait_ == Wait::Sleep || threads_ == 1) {
-    min_work_ = kSleepMinWork;
-    return;
-  }
-  // Once per process and thread count: tests build many backends.
-  static std::mutex mutex;
-  static std::map<int, double> measured;
-  std::lock_guard lock(mutex);
-  auto it = measured.find(threads_);
-  if (it == measured.end()) {
-    const Range empty = [](int64_t, int64_t) {};
-    std::vector<double> t;
-    for (int rep = 0; rep < 40; ++rep) {
-      const auto t0 = Clock::now();
-      run(threads_, 1, threads_, empty);
-      if (rep >= 8) t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-    }
-    std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-    it = measured.emplace(threads_, t[t.size() / 2]).first;
-  }
-  fork_join_s_ = it->second;
-  min_work_ = std::clamp(kSplitFactor * fork_join_s_ * kBytesPerSecondPerThread, kSpinMinWorkFloor,
-                         kSleepMinWork);
 }
 
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const Range& fn) {

@@ -31,9 +31,9 @@ namespace drama::cpu {
 class ThreadPool {
  public:
   enum class Wait { Auto, Spin, Sleep };
-  // min_work_per_thread: see the work overload of parallel_for. kAutoSplit (the default) derives
-  // it from the fork/join cost measured once per process (spin) or uses kSleepMinWork (sleep); 0
-  // splits every loop as far as its grain allows, which tests use to exercise the split.
+  // min_work_per_thread: see the work overload of parallel_for. kAutoSplit (the default) is
+  // kSpinMinWork in spin mode and kSleepMinWork in sleep mode; 0 splits every loop as far as its
+  // grain allows, which tests use to exercise the split.
   static constexpr double kAutoSplit = -1;
   // threads >= 1; 1 runs everything inline.
   explicit ThreadPool(int threads, double min_work_per_thread = kAutoSplit, Wait wait = Wait::Auto);
@@ -44,9 +44,6 @@ class ThreadPool {
   int threads() const { return threads_; }
   Wait wait_mode() const { return wait_; }  // Spin or Sleep (never Auto)
   double min_work_per_thread() const { return min_work_; }
-  // Median time of an empty parallel_for over every thread, measured at construction when the
-  // split is derived from it (else 0).
-  double fork_join_seconds() const { return fork_join_s_; }
 
   // Calls fn(begin, end) over [0, n) split into contiguous chunks whose sizes are multiples of
   // `grain` (except the last), run by at most threads() threads. Returns when every chunk is
@@ -65,11 +62,13 @@ class ThreadPool {
   // 1 MiB the cpu-bench decode at 2 threads took 36.4 ms/frame, with 4 MiB 33.8, never splitting
   // 34.1-34.6 (and 1 thread 27.3).
   static constexpr double kSleepMinWork = 1 << 22;
-  // Spin mode's split: a worker is used per kSplitFactor x (fork/join seconds) x
-  // kBytesPerSecondPerThread units of work, clamped to [kSpinMinWorkFloor, kSleepMinWork].
-  static constexpr double kBytesPerSecondPerThread = 10e9;
-  static constexpr double kSplitFactor = 2;
-  static constexpr double kSpinMinWorkFloor = 16 << 10;
+  // Spin mode's split: a spinning worker started 0.24-0.27 us (median) after the post on the dev
+  // VM, p90 0.4-0.9 us: about the time to stream 10 KiB. 16 KiB is what the dev VM decode
+  // measurements used (docs/cpu-backend.md, "Threads"). A
+  // threshold measured at start-up was tried and dropped: an empty call measures nothing (the
+  // caller takes back the workers' claims before they look), and a call that waits for every
+  // thread measured the scheduler's latency on a busy VM (1-4 ms), which would stop all splits.
+  static constexpr double kSpinMinWork = 16 << 10;
   // How long an idle worker spins before it sleeps (spin mode).
   static constexpr int64_t kSpinNs = 200'000;
 
@@ -90,12 +89,10 @@ class ThreadPool {
   void wake_sleepers(int64_t parts);  // after posting to mailboxes 1..parts-1
   void wait_done(Mailbox& m, uint32_t sequence);
   static constexpr int64_t kMaxStackParts = 64;
-  void calibrate();
 
   int threads_;
   Wait wait_;
   double min_work_;
-  double fork_join_s_ = 0;
   int64_t spin_ns_;
   std::unique_ptr<Mailbox[]> mail_;  // [threads_]; index 0 unused (the caller)
   std::vector<std::thread> workers_;
