@@ -17,7 +17,20 @@ namespace {
 
 constexpr int64_t kGroup = 64;  // inputs per group: 4 blocks, 32 code bytes, 4 scales
 
-alignas(32) constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+// e2m1 magnitudes as float bits, each XORed with its own 3-bit index at bits 28-30: decode()
+// XORs in the whole nibble shifted to bits 28-31, which cancels those bits again and leaves the
+// sign bit (nibble bit 3) in bit 31. One XOR replaces an AND of the sign and an XOR.
+struct MagnitudeTable {
+  alignas(32) uint32_t bits[8];
+};
+constexpr MagnitudeTable make_magnitude_table() {
+  constexpr uint32_t kF32[8] = {0x00000000u, 0x3f000000u, 0x3f800000u, 0x3fc00000u,
+                                0x40000000u, 0x40400000u, 0x40800000u, 0x40c00000u};
+  MagnitudeTable t{};
+  for (uint32_t i = 0; i < 8; ++i) t.bits[i] = kF32[i] ^ (i << 28);
+  return t;
+}
+constexpr MagnitudeTable kMagnitude = make_magnitude_table();
 
 DRAMA_AVX2 inline __m256 e4m3_to_ps(__m256i b) {
   const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
@@ -29,11 +42,11 @@ DRAMA_AVX2 inline __m256 e4m3_to_ps(__m256i b) {
   return _mm256_blendv_ps(r, _mm256_set1_ps(__builtin_nanf("")), nan);
 }
 
-// Codes in the low 4 bits of each dword to floats.
+// Codes in the low 4 bits of each dword to floats (the bits above them do not matter).
 DRAMA_AVX2 inline __m256 decode(__m256i idx, __m256 table) {
   const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
-  const __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28), _mm256_set1_epi32(INT32_MIN));
-  return _mm256_castsi256_ps(_mm256_xor_si256(_mm256_castps_si256(mag), sign));
+  return _mm256_castsi256_ps(
+      _mm256_xor_si256(_mm256_castps_si256(mag), _mm256_slli_epi32(idx, 28)));
 }
 
 inline void prefetch(const void* p) {
@@ -83,7 +96,8 @@ DRAMA_AVX2 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_st
                            int64_t r, float* y) {
   const int64_t in = w.in, blocks = in / 16;
   const auto* codes = static_cast<const uint8_t*>(w.data);
-  const __m256 table = _mm256_load_ps(kMagnitude);
+  const __m256 table =
+      _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kMagnitude.bits)));
   __m256 acc[T][R];
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < R; ++i) acc[t][i] = _mm256_setzero_ps();
