@@ -35,16 +35,17 @@ constexpr int64_t kLinearGrain = 16;
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work)
-    : isa_(isa), pool_(threads, min_split_work) {
+CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work, ThreadPool::Wait wait)
+    : isa_(isa), pool_(threads, min_split_work, wait) {
   if (!isa_supported(isa))
     throw Error("the CPU backend's " + std::string(isa_name(isa)) +
                 " path is not supported by this CPU.");
 }
 
 std::string CpuBackend::name() const {
-  return "cpu (" + std::string(isa_name(isa_)) + ", " + std::to_string(threads()) +
-         (threads() == 1 ? " thread)" : " threads)");
+  if (threads() == 1) return "cpu (" + std::string(isa_name(isa_)) + ", 1 thread)";
+  return "cpu (" + std::string(isa_name(isa_)) + ", " + std::to_string(threads()) + " threads, " +
+         (pool_.wait_mode() == ThreadPool::Wait::Spin ? "spin" : "sleep") + " wait)";
 }
 
 std::unique_ptr<DeviceBuffer> CpuBackend::alloc_impl(size_t bytes) {
@@ -96,55 +97,79 @@ void CpuBackend::elementwise(int64_t n, const ThreadPool::Range& fn) {
   pool_.parallel_for(n, 1 << 12, 8.0, fn);  // about 8 bytes read and written per element
 }
 
-void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
-  if (rows <= 0 || w.out <= 0) return;
-  // Work per output column: the weight bytes it streams plus one unit per multiply-add.
-  const double column_bytes =
-      (w.format == WeightFormat::NVFP4 ? static_cast<double>(w.in) * (0.5 + 1.0 / 16)
-                                       : static_cast<double>(w.in) * 2) +
-      static_cast<double>(w.in) * static_cast<double>(rows);
+double CpuBackend::linear_column_work(const LinearWeight& w, int64_t rows) {
+  // The weight bytes a column streams plus one unit per multiply-add.
+  return (w.format == WeightFormat::NVFP4 ? static_cast<double>(w.in) * (0.5 + 1.0 / 16)
+                                          : static_cast<double>(w.in) * 2) +
+         static_cast<double>(w.in) * static_cast<double>(rows);
+}
+
+bool CpuBackend::nvfp4_wide() const {
+  return isa_ == Isa::Avx512 && nvfp4_avx512_supported();
+}
+
+int64_t CpuBackend::prepared_floats(const LinearWeight& w) const {
+  if (!needs_preparing(w)) return w.in;
+  return nvfp4_wide() ? nvfp4_prepared_floats_avx512(w.in) : nvfp4_prepared_floats_avx2(w.in);
+}
+
+bool CpuBackend::needs_preparing(const LinearWeight& w) const {
+  return w.format == WeightFormat::NVFP4 && isa_ != Isa::Scalar;
+}
+
+float* CpuBackend::aligned_floats(std::vector<float>& buffer, size_t n) {
+  // Started on a cache line, so that no 64-byte activation load straddles two (prepared rows are
+  // whole lines apart).
+  if (buffer.size() < n + 16) buffer.resize(n + 16);
+  float* p = buffer.data();
+  return p + (64 - reinterpret_cast<uintptr_t>(p) % 64) % 64 / sizeof(float);
+}
+
+const float* CpuBackend::prepare_activations(const LinearWeight& w, const float* x, int64_t rows,
+                                             float* xp) const {
+  if (!needs_preparing(w)) return x;
+  if (nvfp4_wide())
+    nvfp4_prepare_x_avx512(x, rows, w.in, xp);
+  else
+    nvfp4_prepare_x_avx2(x, rows, w.in, xp);
+  return xp;
+}
+
+void CpuBackend::linear_columns(const LinearWeight& w, const float* xp, int64_t rows, float* y,
+                                int64_t o0, int64_t o1) const {
   if (w.format == WeightFormat::NVFP4) {
-    if (isa_ == Isa::Scalar) {
-      pool_.parallel_for(w.out, kLinearGrain, column_bytes, [&](int64_t o0, int64_t o1) {
-        nvfp4_linear_scalar(w, x, rows, y, o0, o1);
-      });
-      return;
-    }
-    const bool wide = isa_ == Isa::Avx512 && nvfp4_avx512_supported();
-    const int64_t per_row =
-        wide ? nvfp4_prepared_floats_avx512(w.in) : nvfp4_prepared_floats_avx2(w.in);
-    // Started on a cache line, so that no 64-byte activation load straddles two (rows are whole
-    // lines apart).
-    thread_local std::vector<float> prepared;
-    const size_t need = static_cast<size_t>(per_row * rows) + 16;
-    if (prepared.size() < need) prepared.resize(need);
-    float* xp = prepared.data();
-    xp += (64 - reinterpret_cast<uintptr_t>(xp) % 64) % 64 / sizeof(float);
-    if (wide)
-      nvfp4_prepare_x_avx512(x, rows, w.in, xp);
+    if (isa_ == Isa::Scalar)
+      nvfp4_linear_scalar(w, xp, rows, y, o0, o1);
+    else if (nvfp4_wide())
+      nvfp4_linear_avx512(w, xp, rows, y, o0, o1);
     else
-      nvfp4_prepare_x_avx2(x, rows, w.in, xp);
-    pool_.parallel_for(w.out, kLinearGrain, column_bytes, [&](int64_t o0, int64_t o1) {
-      if (wide)
-        nvfp4_linear_avx512(w, xp, rows, y, o0, o1);
-      else
-        nvfp4_linear_avx2(w, xp, rows, y, o0, o1);
-    });
+      nvfp4_linear_avx2(w, xp, rows, y, o0, o1);
     return;
   }
-  pool_.parallel_for(w.out, kLinearGrain, column_bytes, [&](int64_t o0, int64_t o1) {
-    switch (isa_) {
-      case Isa::Scalar:
-        bf16_linear_scalar(w, x, rows, y, o0, o1);
-        break;
-      case Isa::Avx2:
-        bf16_linear_avx2(w, x, rows, y, o0, o1);
-        break;
-      case Isa::Avx512:
-        bf16_linear_avx512(w, x, rows, y, o0, o1);
-        break;
-    }
-  });
+  switch (isa_) {
+    case Isa::Scalar:
+      bf16_linear_scalar(w, xp, rows, y, o0, o1);
+      break;
+    case Isa::Avx2:
+      bf16_linear_avx2(w, xp, rows, y, o0, o1);
+      break;
+    case Isa::Avx512:
+      bf16_linear_avx512(w, xp, rows, y, o0, o1);
+      break;
+  }
+}
+
+void CpuBackend::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
+  if (rows <= 0 || w.out <= 0) return;
+  thread_local std::vector<float> prepared;
+  const float* xp =
+      needs_preparing(w)
+          ? prepare_activations(
+                w, x, rows,
+                aligned_floats(prepared, static_cast<size_t>(prepared_floats(w) * rows)))
+          : x;
+  pool_.parallel_for(w.out, kLinearGrain, linear_column_work(w, rows),
+                     [&](int64_t o0, int64_t o1) { linear_columns(w, xp, rows, y, o0, o1); });
 }
 
 void CpuBackend::dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) {

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/isa.h"
@@ -16,12 +17,15 @@ namespace drama::cpu {
 class CpuBackend final : public Backend {
  public:
   // threads >= 1. The ISA is normally cpu::select_isa() (honours DRAMA_CPU_ISA).
-  // min_split_work: work per extra thread before a loop is split (ThreadPool); 0 splits every
-  // loop, which the thread-invariance tests and the contract's thread twins use.
-  CpuBackend(int threads, Isa isa, double min_split_work = ThreadPool::kMinWorkPerThread);
+  // min_split_work: work per extra thread before a loop is split (ThreadPool; kAutoSplit: the
+  // wait mode's default); 0 splits every loop, which the thread-invariance tests
+  // and the contract's thread twins use. wait: how idle threads wait (ThreadPool::Wait).
+  CpuBackend(int threads, Isa isa, double min_split_work = ThreadPool::kAutoSplit,
+             ThreadPool::Wait wait = ThreadPool::Wait::Auto);
 
   Isa isa() const { return isa_; }
   int threads() const { return pool_.threads(); }
+  const ThreadPool& pool() const { return pool_; }
 
   std::string name() const override;
   bool supports(const std::string&) const override { return true; }  // every kernel
@@ -91,6 +95,21 @@ class CpuBackend final : public Backend {
  private:
   // Elementwise kernels split [0, n) in chunks of this many elements.
   void elementwise(int64_t n, const ThreadPool::Range& fn);
+
+  // linear in pieces (moe_experts runs many products in one parallel loop): the work of one
+  // output column; the activations in the layout w's kernel reads (SIMD NVFP4 paths: a copy
+  // written into xp, 64-byte aligned, prepared_floats(w) floats per row; else x itself); and the
+  // columns [o0, o1) of y = x w^T from them. The same columns give the same bits however they
+  // are split.
+  static double linear_column_work(const LinearWeight& w, int64_t rows);
+  bool nvfp4_wide() const;
+  bool needs_preparing(const LinearWeight& w) const;
+  int64_t prepared_floats(const LinearWeight& w) const;
+  static float* aligned_floats(std::vector<float>& buffer, size_t n);  // n floats, aligned
+  const float* prepare_activations(const LinearWeight& w, const float* x, int64_t rows,
+                                   float* xp) const;
+  void linear_columns(const LinearWeight& w, const float* xp, int64_t rows, float* y, int64_t o0,
+                      int64_t o1) const;
 
   Isa isa_;
   ThreadPool pool_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/activations.h"
 #include "backend/cpu/cpu_backend.h"
 #include "util/dtype.h"
 
@@ -67,10 +68,7 @@ void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
 
 void CpuBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   elementwise(n, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
-    }
+    for (int64_t i = i0; i < i1; ++i) out[i] = silu_times(gate[i], up[i]);
   });
 }
 
