@@ -19,10 +19,10 @@ if [ ! -f "$bench_ck/manifest.json" ]; then
 fi
 for t in "${threads[@]}"; do
   "$drama" bench decode --checkpoint "$bench_ck" --manifest "$bench_ck/manifest.json" \
-    --cfg paired --lanes 1,2,4,8 --frames 8 --repeats 3 --threads "$t" \
+    --backend cpu --cfg paired --lanes 1,2,4,8 --frames 8 --repeats 3 --threads "$t" \
     --json "$tmp/bench-$t.json" >/dev/null
   "$drama" bench decode --checkpoint "$mini_ck" --manifest "$mini_ck/manifest.json" \
-    --cfg paired --lanes 1,4,8,16,24,32,48,64 --frames 16 --repeats 3 --threads "$t" \
+    --backend cpu --cfg paired --lanes 1,4,8,16,24,32,48,64 --frames 16 --repeats 3 --threads "$t" \
     --json "$tmp/mini-$t.json" >/dev/null
 done
 python3 - "$tmp" "$out" "${threads[@]}" <<'PY'

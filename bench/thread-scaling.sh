@@ -105,7 +105,7 @@ run() {  # run NAME WAIT THREADS [extra bench decode arguments...]
   if ((t > cores)); then echo "skip $name: $t threads > $cores cores" >&2; return; fi
   echo "$name: $t threads, wait $wait" >&2
   DRAMA_CPU_WAIT=$wait "$drama" bench decode --checkpoint "$ck" --manifest "$ck/manifest.json" \
-    --cfg paired --frames "$frames" --repeats "$repeats" --threads "$t" "$@" \
+    --backend cpu --cfg paired --frames "$frames" --repeats "$repeats" --threads "$t" "$@" \
     --json "$tmp/$name.json" >/dev/null
 }
 for ((round = 0; round < rounds; ++round)); do
@@ -170,7 +170,7 @@ receipt = {
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "cpu_model": cpu_model, "cores": int(cores),
     "drama": drama, "provenance": next(iter(runs.values()))[0].get("provenance") if runs else None,
-    "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4 (" + ck + ")",
+    "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4",
     "settings": {"cfg": "paired", "frames": int(frames), "repeats": int(repeats),
                  "rounds": int(rounds), "threads": list(map(int, threads.split())),
                  "waits": waits.split(), "weights": "in memory (default)"},
