@@ -9,6 +9,8 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug 
   -DCMAKE_CXX_FLAGS=-O1 -DDRAMA_FUZZ=ON -DDRAMA_BENCH=OFF -DDRAMA_CUDA=OFF >/dev/null
 ninja -C build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+# Leaks inside Debian libraries we cannot free, each with its reason (also read by libFuzzer).
+export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp
 # Under the sanitizers the contract checks gates and controls; its runtime limits would time the
 # instrumentation.
 export DRAMA_CONTRACT_NO_LIMITS=1
