@@ -5,10 +5,15 @@ copyright notice; /usr/share/doc/wordnet-base/copyright).
 Every quoted example in the glosses of data.{adj,adv,noun,verb} that starts with a capital
 letter, holds 5 to 14 words of letters (plus , ' -), no word with two capitals (acronyms a
 recogniser cannot score), is kept once. A sentence's id is the first 10 hex digits of the SHA-256
-of its text. Split: the 300 sentences with the smallest ids are held out for evaluation and never
-trained on; heldout-ids.txt (committed) lists them, and load() checks the split against it.
+of its text. Sentences with a word missing from pocketsphinx's dictionary (Debian
+pocketsphinx-en-us 0.8+5prealpha+1-15, cmudict-en-us.dict; words normalised as tools/eval/asr.py
+scores them) are dropped: their ids are committed in oov-ids.txt (with the dictionary's SHA-256),
+so machines without pocketsphinx drop the same ones; --dict DICT checks or (with --write-heldout)
+rewrites that list. Split: of the rest, the 300 sentences with the smallest ids are held out for
+evaluation and never trained on; heldout-ids.txt (committed) lists them, and load() checks the
+split against it.
 
-    python3 tools/corpus/sentences.py [--wordnet DIR] [--write-heldout]   prints counts
+    python3 tools/corpus/sentences.py [--wordnet DIR] [--dict DICT] [--write-heldout]
 """
 
 import argparse
@@ -19,8 +24,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELDOUT_FILE = os.path.join(HERE, "heldout-ids.txt")
+OOV_FILE = os.path.join(HERE, "oov-ids.txt")
 HELDOUT_COUNT = 300
 DEFAULT_WORDNET = "/usr/share/wordnet"
+DEFAULT_DICT = "/usr/share/pocketsphinx/model/en-us/cmudict-en-us.dict"
 
 _SENTENCE = re.compile(r"[A-Z][A-Za-z ,'\-]*[a-z][.!?]?")
 _QUOTED = re.compile(r'"([^"]*)"')
@@ -50,6 +57,39 @@ def extract(wordnet_dir):
     return sorted(seen.items())
 
 
+def normalize(text):
+    """Words as tools/eval/asr.py scores them: lower case, hyphens to spaces, only letters,
+    digits and apostrophes."""
+    return re.sub(r"[^a-z0-9' ]", " ", text.lower().replace("-", " ")).split()
+
+
+def dictionary_words(path):
+    """The words of a pocketsphinx dictionary (alternates like word(2) folded)."""
+    words = set()
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.strip():
+                words.add(re.sub(r"\(\d+\)$", "", line.split(None, 1)[0]))
+    return words
+
+
+def oov_ids(sentences, dict_path):
+    """Ids of the sentences with a word missing from the dictionary at dict_path."""
+    words = dictionary_words(dict_path)
+    return [i for i, t in sentences if any(w not in words for w in normalize(t))]
+
+
+def read_ids(path):
+    with open(path) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def in_dictionary(sentences):
+    """The sentences whose words are all in pocketsphinx's dictionary (committed oov-ids.txt)."""
+    drop = set(read_ids(OOV_FILE))
+    return [(i, t) for i, t in sentences if i not in drop]
+
+
 def split(sentences):
     """(train, heldout): lists of (id, text); held out = the 300 smallest ids."""
     return sentences[HELDOUT_COUNT:], sentences[:HELDOUT_COUNT]
@@ -57,10 +97,8 @@ def split(sentences):
 
 def load(wordnet_dir=DEFAULT_WORDNET):
     """(train, heldout), checked against the committed heldout-ids.txt."""
-    train, heldout = split(extract(wordnet_dir))
-    with open(HELDOUT_FILE) as f:
-        committed = [line.strip() for line in f if line.strip() and not line.startswith("#")]
-    if committed != [i for i, _ in heldout]:
+    train, heldout = split(in_dictionary(extract(wordnet_dir)))
+    if read_ids(HELDOUT_FILE) != [i for i, _ in heldout]:
         raise ValueError(f"{wordnet_dir}: the held-out sentences differ from {HELDOUT_FILE} "
                          "(another WordNet version?)")
     return train, heldout
@@ -69,10 +107,28 @@ def load(wordnet_dir=DEFAULT_WORDNET):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--wordnet", default=DEFAULT_WORDNET, help="folder holding data.noun etc.")
-    p.add_argument("--write-heldout", action="store_true", help="(re)write heldout-ids.txt")
+    p.add_argument("--dict", help="pocketsphinx dictionary to check oov-ids.txt against "
+                   f"(or rewrite it from, with --write-heldout); e.g. {DEFAULT_DICT}")
+    p.add_argument("--write-heldout", action="store_true",
+                   help="(re)write heldout-ids.txt (and oov-ids.txt, with --dict)")
     args = p.parse_args(argv)
+    everything = extract(args.wordnet)
+    if args.dict:
+        with open(args.dict, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        found = oov_ids(everything, args.dict)
+        if args.write_heldout:
+            with open(OOV_FILE, "w") as f:
+                f.write("# Ids of WordNet example sentences with a word missing from pocketsphinx's\n"
+                        "# cmudict-en-us.dict (tools/corpus/sentences.py): left out of the corpus.\n"
+                        f"# dictionary sha256 {digest}\n")
+                f.writelines(i + "\n" for i in found)
+        elif found != read_ids(OOV_FILE):
+            print(f"{args.dict} (sha256 {digest}) drops other sentences than {OOV_FILE}")
+            return 1
+        print(f"{len(found)} of {len(everything)} sentences have a word missing from {args.dict}")
     if args.write_heldout:
-        _, heldout = split(extract(args.wordnet))
+        _, heldout = split(in_dictionary(everything))
         with open(HELDOUT_FILE, "w") as f:
             f.write("# Held-out sentence ids (tools/corpus/sentences.py): never trained on.\n")
             f.writelines(i + "\n" for i, _ in heldout)

@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
 # One chunk (< 10 minutes) of the drama-mini training on the GPU machine (docs/training.md).
-# Run from the repository root through the device tool, carrying train-carry/ (ignored by git):
-#   train-carry/debs/   the .deb files of tools/corpus/fetch-debs.sh (the GPU machine has no
-#                       Debian packages: festival and espeak-ng run from a dpkg -x root)
-#   train-carry/work/   the training state returned by the previous chunk (absent the first time)
-# The chunk unpacks the .deb files, synthesizes the corpus where a stage still needs audio, runs
-# `tools/train/train.py next` for DRAMA_TRAIN_MINUTES (default 8) and writes the new state,
-# without optimizer moments (state.py: resumes with a short warmup), to $OUT/work plus
-# $OUT/progress.json, losses and nvidia-smi's line. Copy $OUT/work back to train-carry/work
-# before the next chunk. Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra
-# train.py arguments), DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
+# Run from the repository root through the device tool, carrying (ignored by git)
+# ["train-carry/debs", "train-carry/resume"]:
+#   train-carry/debs/    the .deb files of tools/corpus/fetch-debs.sh (the GPU machine has no
+#                        Debian packages: festival and espeak-ng run from a dpkg -x root)
+#   train-carry/resume/  the training state the previous chunk returned (absent the first time)
+# The state lives in train-carry/work on the GPU machine. A warm machine (back-to-back calls)
+# still has it, optimizer moments included, and keeps it when it is at least as far as resume/;
+# a fresh machine starts from resume/ (no moments: the stage warms its learning rate up again).
+# The chunk unpacks the .deb files, synthesizes the corpus where a stage still needs audio
+# (/tmp/drama-corpus, kept while the machine is warm), runs `tools/train/train.py next` for
+# DRAMA_TRAIN_MINUTES (default 8) and writes the new state without optimizer moments as
+# $OUT/work.tar.NN (pieces of 15 MiB: the device tool returns at most 8 files, 2 folders deep),
+# plus progress.json, the losses, train.log and nvidia-smi's line. Here, afterwards:
+#   rm -rf train-carry/resume && mkdir train-carry/resume &&
+#     cat FILES_AT/work.tar.* | tar -x -C train-carry/resume
+# Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
+# DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:?OUT must name the folder whose files come back}"
@@ -21,8 +28,24 @@ minutes="${DRAMA_TRAIN_MINUTES:-8}"
 device="${DRAMA_TRAIN_DEVICE:-cuda}"
 config="${DRAMA_TRAIN_CONFIG:-tools/train/drama-mini.json}"
 py="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
 start=$(date +%s)
-mkdir -p "$work" "$out"
+mkdir -p "$out"
+# The state to continue from: the machine's own (with moments) unless resume/ is further on.
+"$py" - "$carry/resume" "$work" <<'PY'
+import json, os, shutil, sys
+resume, work = sys.argv[1:]
+def spent(folder):
+    p = os.path.join(folder, "progress.json")
+    return sum(json.load(open(p))["seconds"].values()) if os.path.exists(p) else -1.0
+if spent(resume) > spent(work):
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(resume, work)
+    print(f"gpu-chunk: state from {resume} ({spent(resume):.0f} s of training)")
+else:
+    print(f"gpu-chunk: state of this machine ({max(spent(work), 0):.0f} s of training)")
+PY
+mkdir -p "$work"
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true) > "$out/device.txt" 2>&1
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
 
@@ -39,23 +62,39 @@ if needs_audio && [ ! -f "$corpus/corpus.json" ]; then
   if [ ! -d "$root/usr" ]; then
     tools/corpus/unpack-debs.sh "$carry/debs" "$root"
   fi
+  t0=$(date +%s)
   # shellcheck disable=SC2086
   "$py" tools/corpus/synth.py --out "$corpus" --root "$root" --heldout-per-speaker 2 \
     --jobs "$(nproc)" ${DRAMA_CORPUS_ARGS:-}
-  cp "$corpus/corpus.json" "$out/corpus.json"
+  echo "gpu-chunk: corpus synthesized in $(( $(date +%s) - t0 )) s on $(nproc) cores" | tee -a "$out/device.txt"
 fi
+if [ ! -d "$root/usr" ]; then tools/corpus/unpack-debs.sh "$carry/debs" "$root"; fi
+# train.py's environment: espeak-ng's library and data from the root for the encode stage's
+# text frontend (espeak-ipa), pocketsphinx from there where it was carried (--asr).
+export DRAMA_ASR_ROOT="$root" ESPEAK_DATA_PATH="$root/usr/lib/x86_64-linux-gnu"
+export DRAMA_ESPEAK_LIB="$root/usr/lib/x86_64-linux-gnu/libespeak-ng.so.1"
+export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Preflight (not fatal): torch on the device and the text frontend under that environment.
+"$py" - <<'PY' 2>&1 | tee -a "$out/device.txt" || true
+import sys
+sys.path.insert(0, "tools/reference")
+import torch, text_frontend
+x = torch.ones(4, device="cuda" if torch.cuda.is_available() else "cpu").sum().item()
+ids = text_frontend.text_tokens("The cat sat on the mat.", "espeak-ipa", "en-us")
+print(f"gpu-chunk: preflight ok (torch {torch.__version__}, {len(ids)} espeak-ipa tokens)")
+PY
 left=$(( minutes * 60 - ($(date +%s) - start) ))
 # shellcheck disable=SC2086
-DRAMA_ASR_ROOT="$root" ESPEAK_DATA_PATH="$root/usr/lib/x86_64-linux-gnu" \
-  DRAMA_ESPEAK_LIB="$root/usr/lib/x86_64-linux-gnu/libespeak-ng.so.1" \
-  LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-  "$py" tools/train/train.py next --work "$work" --corpus "$corpus" --config "$config" \
+"$py" tools/train/train.py next --work "$work" --corpus "$corpus" --config "$config" \
   --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
-# What travels back: the state without optimizer moments, losses, progress.
-mkdir -p "$out/work"
-(cd "$work" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' ! -path './export/*') \
-  | while read -r f; do mkdir -p "$out/work/$(dirname "$f")"; cp "$work/$f" "$out/work/$f"; done
+# What travels back: the state without optimizer moments (a tar in 15 MiB pieces), the losses
+# and progress.
+(cd "$work" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' ! -path './export/*' \
+  | LC_ALL=C sort | tar -cf - -T -) | split -b 15M -d - "$out/work.tar."
 cp "$work/progress.json" "$out/progress.json"
-du -sh "$out/work" | tee -a "$out/train.log"
-echo "gpu-chunk: $(( $(date +%s) - start )) s"
+for stage in codec model; do
+  if [ -f "$work/$stage/losses.tsv" ]; then cp "$work/$stage/losses.tsv" "$out/$stage-losses.tsv"; fi
+done
+du -ch "$out"/work.tar.* | tail -1 | tee -a "$out/train.log"
+echo "gpu-chunk: $(( $(date +%s) - start )) s" | tee -a "$out/train.log"

@@ -123,9 +123,10 @@ def train_codec(args, config, recipe, deadline):
     names = {p: n for n, p in codec.params.items()}
     dnames = {p: n for n, p in disc.named_parameters()}
     tensors, info = state.load(os.path.join(folder, "state"))
-    step = 0
+    step = rewarm_from = 0
     if info:
         step = info["step"]
+        rewarm_from = step if not info["has_moments"] else 0
         codec.load({n[6:]: t for n, t in tensors.items() if n.startswith("codec.")})
         disc.load_state_dict({n[5:]: t for n, t in tensors.items() if n.startswith("disc.")})
         state.restore_optimizer(opt, names, {n[2:]: t for n, t in tensors.items() if n.startswith("g.")}, step)
@@ -141,6 +142,10 @@ def train_codec(args, config, recipe, deadline):
         rng = random.Random(recipe["seed"] * 1_000_003 + step)
         x = data.CropSampler(waves, r["seconds"], rng.random()).batch(r["batch"]).to(device)
         n_q = k if rng.random() >= r["quantizer_dropout"] else rng.randint(1, k)
+        if rewarm_from:  # resumed without optimizer moments: warm the learning rate up again
+            for o in (opt, opt_d):
+                for g in o.param_groups:
+                    g["lr"] = r["lr"] * min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
         y, _, commit, stats = codec.forward(x, n_q)
         mel, stft = spectral(y, x)
         loss = mel + stft + commit
