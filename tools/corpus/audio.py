@@ -2,6 +2,7 @@
 deterministic, no package beyond numpy (the GPU machine has no Debian packages)."""
 
 import wave
+from fractions import Fraction
 
 import numpy as np
 
@@ -29,9 +30,17 @@ def write_wav(path, samples, rate):
         w.writeframes(pcm.astype("<i2").tobytes())
 
 
+def _kernel(t, taps, cutoff):
+    window = 0.42 + 0.5 * np.cos(np.pi * t / (taps + 1)) + 0.08 * np.cos(2 * np.pi * t / (taps + 1))
+    return cutoff * np.sinc(cutoff * t) * window
+
+
 def resample(x, rate_in, rate_out, taps=24):
     """Band-limited interpolation: out[n] = sum_k x[k] h(n * rate_in / rate_out - k), h a sinc at
-    the lower of the two Nyquist frequencies under a Blackman window of +-taps input samples."""
+    the lower of the two Nyquist frequencies under a Blackman window of +-taps input samples.
+    Where rate_in / rate_out = a / b with b <= 4096 (every rate the corpus uses), output n = q b + r
+    has phase r: each of the b phases is one strided dot product with its own taps (the same
+    kernel values as the direct form, a few times faster)."""
     x = np.asarray(x, dtype=np.float64)
     if rate_in == rate_out:
         return x.astype(np.float32)
@@ -41,13 +50,22 @@ def resample(x, rate_in, rate_out, taps=24):
     out = np.empty(n_out)
     padded = np.concatenate([np.zeros(taps + 1), x, np.zeros(taps + 1)])
     offsets = np.arange(-taps, taps + 1)
+    ratio = Fraction(rate_in).limit_denominator(1 << 20) / Fraction(rate_out).limit_denominator(1 << 20)
+    if ratio.denominator <= 4096 and abs(float(ratio) - step) < 1e-12 * step:
+        a, b = ratio.numerator, ratio.denominator
+        windows = np.lib.stride_tricks.sliding_window_view(padded, len(offsets))
+        for r in range(min(b, n_out)):
+            count = (n_out - 1 - r) // b + 1
+            base, frac = divmod(r * a, b)
+            h = _kernel(frac / b - offsets, taps, cutoff)
+            # window j starts at padded[j] = x[j - taps - 1]; output r + q b needs x[base + q a - taps]
+            out[r::b] = windows[base + 1: base + 1 + (count - 1) * a + 1: a] @ h
+        return out.astype(np.float32)
     for start in range(0, n_out, 8192):
         pos = np.arange(start, min(n_out, start + 8192)) * step
         base = np.floor(pos).astype(np.int64)
         frac = pos - base
         idx = base[:, None] + offsets[None, :]
-        t = frac[:, None] - offsets[None, :]
-        window = 0.42 + 0.5 * np.cos(np.pi * t / (taps + 1)) + 0.08 * np.cos(2 * np.pi * t / (taps + 1))
-        h = cutoff * np.sinc(cutoff * t) * window
+        h = _kernel(frac[:, None] - offsets[None, :], taps, cutoff)
         out[start:start + len(pos)] = (padded[idx + taps + 1] * h).sum(axis=1)
     return out.astype(np.float32)
