@@ -11,10 +11,11 @@
 # The chunk unpacks the .deb files, synthesizes the corpus where a stage still needs audio
 # (/tmp/drama-corpus, kept while the machine is warm), runs `tools/train/train.py next` for
 # DRAMA_TRAIN_MINUTES (default 8) and writes the new state without optimizer moments as
-# $OUT/work.tar.NN (pieces of 15 MiB: the device tool returns at most 8 files, 2 folders deep),
-# plus progress.json, the losses, train.log and nvidia-smi's line. Here, afterwards:
-#   rm -rf train-carry/resume && mkdir train-carry/resume &&
-#     cat FILES_AT/work.tar.* | tar -x -C train-carry/resume
+# $OUT/work.tar.NN (pieces of 16 MiB: the device tool returns at most 8 files, 2 folders deep),
+# plus progress.json, train.log and nvidia-smi's line (device.txt). Here, afterwards:
+#   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
+# Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
+#   ["train-carry/resume/model", "train-carry/resume/codes", "train-carry/resume/progress.json"]
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
 # DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
 set -euo pipefail
@@ -46,6 +47,8 @@ else:
     print(f"gpu-chunk: state of this machine ({max(spent(work), 0):.0f} s of training)")
 PY
 mkdir -p "$work"
+# The codec state travels back until a chunk starts with the codes already made (below).
+skip_codec=$("$py" -c "import json,os,sys; p=sys.argv[1]; print(os.path.exists(p) and 'encode' in json.load(open(p))['done'])" "$work/progress.json")
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true) > "$out/device.txt" 2>&1
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
 
@@ -88,13 +91,13 @@ left=$(( minutes * 60 - ($(date +%s) - start) ))
 "$py" tools/train/train.py next --work "$work" --corpus "$corpus" --config "$config" \
   --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
-# What travels back: the state without optimizer moments (a tar in 15 MiB pieces), the losses
-# and progress.
+# What travels back: the state without optimizer moments, as a tar in 16 MiB pieces (the device
+# tool returns at most 8 files of 16 MiB, 64 MiB in all); from the chunk after the one that made
+# the codes, without the codec's state (final by then: it stays in train-carry/resume on the other machine, which
+# exports), so that the model stage's state fits. Losses and progress are inside the tar.
 (cd "$work" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' ! -path './export/*' \
-  | LC_ALL=C sort | tar -cf - -T -) | split -b 15M -d - "$out/work.tar."
+  | { if [ "$skip_codec" = True ]; then grep -v '^\./codec/state/'; else cat; fi; } \
+  | LC_ALL=C sort | tar -cf - -T -) | split -b 16M -d - "$out/work.tar."
 cp "$work/progress.json" "$out/progress.json"
-for stage in codec model; do
-  if [ -f "$work/$stage/losses.tsv" ]; then cp "$work/$stage/losses.tsv" "$out/$stage-losses.tsv"; fi
-done
 du -ch "$out"/work.tar.* | tail -1 | tee -a "$out/train.log"
 echo "gpu-chunk: $(( $(date +%s) - start )) s" | tee -a "$out/train.log"

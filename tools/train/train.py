@@ -387,6 +387,14 @@ def main(argv=None):
                        recipe["codec"], "saved")
         return 0
     for stage in stages:
+        if args.stage == "next" and stage in ("codec", "model", "export") and (
+                stage in progress.info["done"] or stage == "export") and not os.path.exists(
+                os.path.join(args.work, "codec" if stage == "export" else stage, "state", "state.json")):
+            # The GPU machine gets only what the later stages need (docs/training.md): a stage
+            # done elsewhere whose state stayed there is skipped, and export waits for a machine
+            # with the codec state.
+            print(f"train: {stage} skipped ({'no codec state here' if stage == 'export' else 'done; its state is not here'})")
+            continue
         if stage != "export" and not args.corpus:
             p.error("--corpus is required for " + stage)
         t0 = time.time()
