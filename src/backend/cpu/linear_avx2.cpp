@@ -6,6 +6,7 @@
 // BF16 widens weights by a shift and uses FMA. Same tiles and invariance as the AVX-512 path.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/linear.h"
@@ -137,9 +138,86 @@ DRAMA_AVX2 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_st
     for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = reduce(acc[t][i]) * w.scale2;
 }
 
+// Many rows (prefill chunks, experts chosen by several rows, several lanes): each group of T
+// columns is decoded once into L1 for a block of up to kRowBlock rows, whose accumulators live in
+// memory, instead of once per row pair. Every (row, column) accumulator sees the operations of
+// nvfp4_group in the same order (products of steps 0 and 1 by multiplication, later steps by FMA
+// into the partial of their parity, then one FMA with the block scales), so the bits equal the
+// row-pair tiles' and batch invariance holds across the two paths.
+constexpr int64_t kRowBlock = 16;       // (smaller blocks for long rows measured slower)
+constexpr int64_t kDecodeOnceRows = 3;  // from this many rows the decoded block is faster
+
+template <int T>
+DRAMA_AVX2 void nvfp4_row_block(const LinearWeight& w, const float* xp, int64_t xp_stride,
+                                int64_t o, int64_t r0, int64_t nr, float* y) {
+  const int64_t in = w.in, blocks = in / 16;
+  const auto* codes = static_cast<const uint8_t*>(w.data);
+  const __m256 table =
+      _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kMagnitude.bits)));
+  __m256 acc[kRowBlock][T];
+  for (int64_t i = 0; i < nr; ++i)
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  __m256 wv[T][8], scale[T];
+  alignas(32) uint8_t tail_codes[T][32] = {}, tail_scales[T][4] = {};
+  const bool ahead = o + 2 * T <= w.out;
+  for (int64_t b0 = 0; b0 < blocks; b0 += 4) {
+    const uint8_t* c[T];
+    const uint8_t* s[T];
+    if (b0 + 4 <= blocks) {
+      if (ahead && b0 % 8 == 0)
+        for (int t = 0; t < T; ++t) {
+          prefetch(codes + (o + T + t) * (in / 2) + b0 * 8);
+          if (b0 % 64 == 0) prefetch(w.scales + (o + T + t) * blocks + b0);
+        }
+      for (int t = 0; t < T; ++t) {
+        c[t] = codes + (o + t) * (in / 2) + b0 * 8;
+        s[t] = w.scales + (o + t) * blocks + b0;
+      }
+    } else {  // a partial last group through zero-padded copies, as nvfp4_tile
+      const int64_t nb = blocks - b0;
+      for (int t = 0; t < T; ++t) {
+        std::memcpy(tail_codes[t], codes + (o + t) * (in / 2) + b0 * 8, nb * 8);
+        std::memcpy(tail_scales[t], w.scales + (o + t) * blocks + b0, nb);
+        c[t] = tail_codes[t];
+        s[t] = tail_scales[t];
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c[t]));
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) wv[t][p] = decode(p == 0 ? q : _mm256_srli_epi64(q, 4 * p), table);
+      int32_t four;
+      std::memcpy(&four, s[t], 4);
+      const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
+      scale[t] = e4m3_to_ps(_mm256_or_si256(b, _mm256_slli_epi64(b, 32)));
+    }
+    for (int64_t i = 0; i < nr; ++i) {
+      const float* x = xp + (r0 + i) * xp_stride + b0 * 16;
+      __m256 part[2][T];
+#pragma GCC unroll 8
+      for (int p = 0; p < 8; ++p) {
+        const __m256 xv = _mm256_loadu_ps(x + p * 8);
+        for (int t = 0; t < T; ++t) {
+          __m256& sum = part[p & 1][t];
+          sum = p < 2 ? _mm256_mul_ps(wv[t][p], xv) : _mm256_fmadd_ps(wv[t][p], xv, sum);
+        }
+      }
+      for (int t = 0; t < T; ++t)
+        acc[i][t] = _mm256_fmadd_ps(_mm256_add_ps(part[0][t], part[1][t]), scale[t], acc[i][t]);
+    }
+  }
+  for (int64_t i = 0; i < nr; ++i)
+    for (int t = 0; t < T; ++t) y[(r0 + i) * w.out + o + t] = reduce(acc[i][t]) * w.scale2;
+}
+
 template <int T>
 DRAMA_AVX2 void nvfp4_columns(const LinearWeight& w, const float* xp, int64_t stride, int64_t rows,
                               int64_t o, float* y) {
+  if (rows >= kDecodeOnceRows) {
+    for (int64_t r = 0; r < rows; r += kRowBlock)
+      nvfp4_row_block<T>(w, xp, stride, o, r, std::min(kRowBlock, rows - r), y);
+    return;
+  }
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) nvfp4_tile<T, 2>(w, xp, stride, o, r, y);
   if (r < rows) nvfp4_tile<T, 1>(w, xp, stride, o, r, y);
@@ -187,9 +265,96 @@ DRAMA_AVX2 void bf16_tile(const LinearWeight& w, const float* x, int64_t o, int6
     for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = reduce(acc[t][i]);
 }
 
+// Many rows, as for NVFP4: T columns are widened once per chunk of kChunk inputs into L1 and used
+// by every row of a block, two rows at a time; each accumulator sees the same FMAs in the same
+// order as in bf16_tile (the tail step through the same zero-padded lanes), so the bits match.
+constexpr int64_t kChunk = 512;
+
+template <int T>
+DRAMA_AVX2 void bf16_row_block(const LinearWeight& w, const float* x, int64_t o, int64_t r0,
+                               int64_t nr, float* y) {
+  const int64_t in = w.in;
+  const uint16_t* wr[T];
+  for (int t = 0; t < T; ++t) wr[t] = static_cast<const uint16_t*>(w.data) + (o + t) * in;
+  __m256 acc[kRowBlock][T];
+  for (int64_t i = 0; i < nr; ++i)
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  alignas(32) float wf[T][kChunk];
+  const bool ahead = o + 2 * T <= w.out;
+  for (int64_t k0 = 0; k0 < in; k0 += kChunk) {
+    const int64_t n = std::min(kChunk, in - k0), full = n / 8 * 8;
+    for (int t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < full; k += 8) {
+        if (ahead && k % 32 == 0) prefetch(wr[t] + T * in + k0 + k);
+        _mm256_store_ps(wf[t] + k, bf16x8(wr[t] + k0 + k));
+      }
+      if (full < n) {
+        alignas(32) uint16_t wt[8] = {};
+        std::memcpy(wt, wr[t] + k0 + full, (n - full) * sizeof(uint16_t));
+        _mm256_store_ps(wf[t] + full, bf16x8(wt));
+      }
+    }
+    int64_t i = 0;
+    for (; i + 2 <= nr; i += 2) {
+      const float* x0 = x + (r0 + i) * in + k0;
+      const float* x1 = x0 + in;
+      __m256 a[T][2];
+      for (int t = 0; t < T; ++t) {
+        a[t][0] = acc[i][t];
+        a[t][1] = acc[i + 1][t];
+      }
+      for (int64_t k = 0; k < full; k += 8) {
+        const __m256 xv0 = _mm256_loadu_ps(x0 + k), xv1 = _mm256_loadu_ps(x1 + k);
+        for (int t = 0; t < T; ++t) {
+          const __m256 wv = _mm256_load_ps(wf[t] + k);
+          a[t][0] = _mm256_fmadd_ps(wv, xv0, a[t][0]);
+          a[t][1] = _mm256_fmadd_ps(wv, xv1, a[t][1]);
+        }
+      }
+      if (full < n) {
+        alignas(32) float xt[2][8] = {};
+        std::memcpy(xt[0], x0 + full, (n - full) * sizeof(float));
+        std::memcpy(xt[1], x1 + full, (n - full) * sizeof(float));
+        for (int t = 0; t < T; ++t) {
+          const __m256 wv = _mm256_load_ps(wf[t] + full);
+          a[t][0] = _mm256_fmadd_ps(wv, _mm256_load_ps(xt[0]), a[t][0]);
+          a[t][1] = _mm256_fmadd_ps(wv, _mm256_load_ps(xt[1]), a[t][1]);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        acc[i][t] = a[t][0];
+        acc[i + 1][t] = a[t][1];
+      }
+    }
+    if (i < nr) {
+      const float* x0 = x + (r0 + i) * in + k0;
+      __m256 a[T];
+      for (int t = 0; t < T; ++t) a[t] = acc[i][t];
+      for (int64_t k = 0; k < full; k += 8) {
+        const __m256 xv0 = _mm256_loadu_ps(x0 + k);
+        for (int t = 0; t < T; ++t) a[t] = _mm256_fmadd_ps(_mm256_load_ps(wf[t] + k), xv0, a[t]);
+      }
+      if (full < n) {
+        alignas(32) float xt[8] = {};
+        std::memcpy(xt, x0 + full, (n - full) * sizeof(float));
+        for (int t = 0; t < T; ++t)
+          a[t] = _mm256_fmadd_ps(_mm256_load_ps(wf[t] + full), _mm256_load_ps(xt), a[t]);
+      }
+      for (int t = 0; t < T; ++t) acc[i][t] = a[t];
+    }
+  }
+  for (int64_t i = 0; i < nr; ++i)
+    for (int t = 0; t < T; ++t) y[(r0 + i) * w.out + o + t] = reduce(acc[i][t]);
+}
+
 template <int T>
 DRAMA_AVX2 void bf16_columns(const LinearWeight& w, const float* x, int64_t rows, int64_t o,
                              float* y) {
+  if (rows >= kDecodeOnceRows) {
+    for (int64_t r = 0; r < rows; r += kRowBlock)
+      bf16_row_block<T>(w, x, o, r, std::min(kRowBlock, rows - r), y);
+    return;
+  }
   int64_t r = 0;
   for (; r + 2 <= rows; r += 2) bf16_tile<T, 2>(w, x, o, r, y);
   if (r < rows) bf16_tile<T, 1>(w, x, o, r, y);
