@@ -54,7 +54,10 @@ class Tools:
         self.wordnet = f"{prefix}/usr/share/wordnet" if root else sentences.DEFAULT_WORDNET
         self.env = dict(os.environ)
         if root:
-            libs = [f"{prefix}/usr/lib/{ARCH}", f"{prefix}/lib/{ARCH}"]
+            # libpulse finds libpulsecommon through its RUNPATH (/usr/lib/ARCH/pulseaudio), which
+            # names the system folder, not the root: the GPU machine has none.
+            libs = [f"{prefix}/usr/lib/{ARCH}", f"{prefix}/usr/lib/{ARCH}/pulseaudio",
+                    f"{prefix}/lib/{ARCH}"]
             old = self.env.get("LD_LIBRARY_PATH")
             self.env["LD_LIBRARY_PATH"] = ":".join(libs + ([old] if old else []))
             self.env["ESPEAK_DATA_PATH"] = f"{prefix}/usr/lib/{ARCH}"
