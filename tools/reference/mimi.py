@@ -138,6 +138,8 @@ class Mimi:
         i, j = pos[:, None], pos[None, :]
         allowed = (j <= i) & (j > i - c.sliding_window)
         mask = torch.zeros(t, t).masked_fill(~allowed, float("-inf"))
+        # Tables built on the CPU (the reference's bits), then moved to x's device (tools/train/).
+        cos, sin, mask = cos.to(x.device), sin.to(x.device), mask.to(x.device)
 
         def rotate_half(v):
             half = v.shape[-1] // 2

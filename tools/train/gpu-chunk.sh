@@ -76,7 +76,9 @@ if [ ! -d "$root/usr" ]; then tools/corpus/unpack-debs.sh "$carry/debs" "$root";
 # text frontend (espeak-ipa), pocketsphinx from there where it was carried (--asr).
 export DRAMA_ASR_ROOT="$root" ESPEAK_DATA_PATH="$root/usr/lib/x86_64-linux-gnu"
 export DRAMA_ESPEAK_LIB="$root/usr/lib/x86_64-linux-gnu/libespeak-ng.so.1"
-export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# (libpulse, which libespeak-ng loads, finds libpulsecommon in pulseaudio/ through a RUNPATH that
+# names the system folder.)
+export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/pulseaudio${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Preflight (not fatal): torch on the device and the text frontend under that environment.
 "$py" - <<'PY' 2>&1 | tee -a "$out/device.txt" || true
 import sys
