@@ -77,8 +77,8 @@ if [ ! -d "$root/usr" ]; then tools/corpus/unpack-debs.sh "$carry/debs" "$root";
 export DRAMA_ASR_ROOT="$root" ESPEAK_DATA_PATH="$root/usr/lib/x86_64-linux-gnu"
 export DRAMA_ESPEAK_LIB="$root/usr/lib/x86_64-linux-gnu/libespeak-ng.so.1"
 # (libpulse, which libespeak-ng loads, finds libpulsecommon in pulseaudio/ through a RUNPATH that
-# names the system folder.)
-export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/pulseaudio${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# names the system folder; libdbus-1-3 installs under /lib.)
+export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/pulseaudio:$root/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Preflight (not fatal): torch on the device and the text frontend under that environment.
 "$py" - <<'PY' 2>&1 | tee -a "$out/device.txt" || true
 import sys
