@@ -22,7 +22,6 @@
 #include "format/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
-#include "util/progress.h"
 
 namespace drama {
 
@@ -30,9 +29,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-constexpr uint64_t kShardBytes = 1ull << 30;  // as make-checkpoint: ~1 GiB shards
-constexpr uint64_t kSmallBytes = 8ull << 20;  // smaller checkpoints use two shards
 
 // "backbone.layers.3.mlp.experts.17.gate_proj" -> layer 3, expert 17, part "gate_proj";
 // shared experts have expert -1.
@@ -202,53 +198,13 @@ class OutputTensors {
   std::map<std::string, std::map<std::string, std::vector<uint8_t>>> made_;
 };
 
-std::string shard_name(size_t i, size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-  return buf;
-}
-
 // Shards by running byte count (as make-checkpoint does); returns the files written.
 std::vector<std::string> write_shards(OutputTensors& tensors, const fs::path& dir) {
   const std::vector<OutTensor>& all = tensors.tensors();
-  uint64_t total = 0;
-  for (const auto& t : all) total += t.bytes();
-  size_t n =
-      total <= kSmallBytes ? 2 : static_cast<size_t>((total + kShardBytes - 1) / kShardBytes);
-  std::vector<std::vector<const OutTensor*>> shards(n);
-  uint64_t before = 0;
-  for (const auto& t : all) {
-    shards[std::min<size_t>(n - 1,
-                            static_cast<size_t>((before * n) / std::max<uint64_t>(total, 1)))]
-        .push_back(&t);
-    before += t.bytes();
-  }
-  std::erase_if(shards, [](const auto& s) { return s.empty(); });
-  n = shards.size();
-  Progress progress("quantize", total);
-  std::vector<std::string> files;
-  json weight_map = json::object();
-  for (size_t s = 0; s < n; ++s) {
-    const std::string file = n == 1 ? "model.safetensors" : shard_name(s, n);
-    SafetensorsWriter writer;
-    writer.set_metadata("format", "pt");
-    for (const OutTensor* t : shards[s]) {
-      const std::vector<uint8_t> bytes = tensors.take(*t);
-      writer.add(t->name, t->dtype, t->shape, bytes);
-      weight_map[t->name] = file;
-      progress.add(bytes.size());
-    }
-    writer.write(dir / file);
-    files.push_back(file);
-  }
-  progress.finish();
-  if (n > 1) {
-    write_text_file_atomic(
-        dir / "model.safetensors.index.json",
-        json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
-    files.push_back("model.safetensors.index.json");
-  }
-  return files;
+  std::vector<ShardTensor> plan;
+  for (const auto& t : all) plan.push_back({t.name, t.dtype, t.shape});
+  return write_checkpoint_shards(
+      dir, plan, [&](size_t i) { return tensors.take(all[i]); }, "quantize");
 }
 
 void copy_file_bytes(const fs::path& from, const fs::path& to) {

@@ -22,7 +22,6 @@
 #include "format/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
-#include "util/progress.h"
 #include "util/sampling.h"
 
 namespace drama {
@@ -46,9 +45,6 @@ float random_unit_normal(uint64_t key, uint64_t index) {
 }
 
 namespace {
-
-constexpr uint64_t kShardBytes = 1ull << 30;  // split above ~1 GiB, as Hugging Face tools do
-constexpr uint64_t kSmallBytes = 8ull << 20;  // smaller checkpoints always use two shards
 
 struct PlannedTensor {
   std::string name;
@@ -277,54 +273,13 @@ void write_json(const fs::path& path, const json& j) {
   write_text_file_atomic(path, j.dump(2) + "\n");
 }
 
-std::string shard_name(size_t i, size_t n) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, n);
-  return buf;
-}
-
 // Writes the shards (and the index when there is more than one); returns the files written.
 std::vector<std::string> write_shards(Plan& plan, const fs::path& dir) {
   const std::vector<PlannedTensor> tensors = plan.sorted_tensors();
-  uint64_t total = 0;
-  for (const auto& t : tensors) total += t.bytes();
-  size_t n =
-      total <= kSmallBytes ? 2 : static_cast<size_t>((total + kShardBytes - 1) / kShardBytes);
-  // Assign by the running byte count, then drop any empty shard.
-  std::vector<std::vector<const PlannedTensor*>> shards(n);
-  uint64_t before = 0;
-  for (const auto& t : tensors) {
-    const size_t s =
-        std::min<size_t>(n - 1, static_cast<size_t>((before * n) / std::max<uint64_t>(total, 1)));
-    shards[s].push_back(&t);
-    before += t.bytes();
-  }
-  std::erase_if(shards, [](const auto& s) { return s.empty(); });
-  n = shards.size();
-
-  Progress progress("make-checkpoint", total);
-  std::vector<std::string> files;
-  json weight_map = json::object();
-  for (size_t s = 0; s < n; ++s) {
-    const std::string file = n == 1 ? "model.safetensors" : shard_name(s, n);
-    SafetensorsWriter writer;
-    writer.set_metadata("format", "pt");
-    for (const PlannedTensor* t : shards[s]) {
-      const std::vector<uint8_t> bytes = plan.take(*t);
-      writer.add(t->name, t->dtype, t->shape, bytes);
-      weight_map[t->name] = file;
-      progress.add(bytes.size());
-    }
-    writer.write(dir / file);
-    files.push_back(file);
-  }
-  progress.finish();
-  if (n > 1) {
-    write_json(dir / "model.safetensors.index.json",
-               json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
-    files.push_back("model.safetensors.index.json");
-  }
-  return files;
+  std::vector<ShardTensor> shards;
+  for (const auto& t : tensors) shards.push_back({t.name, t.dtype, t.shape});
+  return write_checkpoint_shards(
+      dir, shards, [&](size_t i) { return plan.take(tensors[i]); }, "make-checkpoint");
 }
 
 std::string default_name(const RandomCheckpointOptions& o) {

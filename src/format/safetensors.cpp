@@ -20,6 +20,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/memory.h"
+#include "util/progress.h"
 
 namespace drama {
 
@@ -466,6 +467,62 @@ uint64_t TensorSet::total_bytes() const {
   for (const auto& f : files_)
     for (const auto& t : f->tensors()) total += t.end - t.begin;
   return total;
+}
+
+uint64_t ShardTensor::bytes() const {
+  uint64_t n = dtype_size(dtype);
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+std::vector<std::string> write_checkpoint_shards(
+    const fs::path& dir, const std::vector<ShardTensor>& tensors,
+    const std::function<std::vector<uint8_t>(size_t)>& take, const std::string& label) {
+  constexpr uint64_t kShardBytes = 1ull << 30;  // split above ~1 GiB, as Hugging Face tools do
+  constexpr uint64_t kSmallBytes = 8ull << 20;  // smaller checkpoints always use two shards
+  uint64_t total = 0;
+  for (const auto& t : tensors) total += t.bytes();
+  size_t n =
+      total <= kSmallBytes ? 2 : static_cast<size_t>((total + kShardBytes - 1) / kShardBytes);
+  // Assign by the running byte count, then drop any empty shard.
+  std::vector<std::vector<size_t>> shards(n);
+  uint64_t before = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    shards[std::min<size_t>(n - 1,
+                            static_cast<size_t>((before * n) / std::max<uint64_t>(total, 1)))]
+        .push_back(i);
+    before += tensors[i].bytes();
+  }
+  std::erase_if(shards, [](const auto& s) { return s.empty(); });
+  n = shards.size();
+  Progress progress(label, total);
+  std::vector<std::string> files;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < n; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, n);
+    const std::string file = n == 1 ? "model.safetensors" : name;
+    SafetensorsWriter writer;
+    writer.set_metadata("format", "pt");
+    for (size_t i : shards[s]) {
+      const ShardTensor& t = tensors[i];
+      const std::vector<uint8_t> bytes = take(i);
+      writer.add(t.name, t.dtype, t.shape, bytes);
+      weight_map[t.name] = file;
+      progress.add(bytes.size());
+    }
+    writer.write(dir / file);
+    files.push_back(file);
+  }
+  progress.finish();
+  if (n > 1) {
+    write_text_file_atomic(
+        dir / "model.safetensors.index.json",
+        nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) +
+            "\n");
+    files.push_back("model.safetensors.index.json");
+  }
+  return files;
 }
 
 }  // namespace drama

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -135,6 +136,24 @@ class TensorSet {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<size_t, size_t>, std::less<>> where_;  // name -> (file, tensor)
 };
+
+// One tensor of a checkpoint to write: its header fields; its bytes are asked for when written.
+struct ShardTensor {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t bytes() const;
+};
+
+// Writes `tensors` in order into the checkpoint's model.safetensors, or into shards
+// model-0000i-of-0000n.safetensors of about 1 GiB by running byte count (two shards for
+// checkpoints of 8 MiB or less, so small test checkpoints exercise the sharded path) plus
+// model.safetensors.index.json; `take(i)` returns tensor i's bytes when its shard is written, so
+// at most one shard is in memory. Every file is written atomically. Returns the files written,
+// relative to `dir`. `label` names the progress bar.
+std::vector<std::string> write_checkpoint_shards(
+    const std::filesystem::path& dir, const std::vector<ShardTensor>& tensors,
+    const std::function<std::vector<uint8_t>(size_t)>& take, const std::string& label);
 
 // Builds a safetensors file in memory order of add() calls and writes it atomically
 // (temporary file in the same directory, fsync, rename). Tensors are written in the order added;

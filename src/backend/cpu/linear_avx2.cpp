@@ -185,7 +185,8 @@ DRAMA_AVX2 void nvfp4_row_block(const LinearWeight& w, const float* xp, int64_t 
     for (int t = 0; t < T; ++t) {
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c[t]));
 #pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p) wv[t][p] = decode(p == 0 ? q : _mm256_srli_epi64(q, 4 * p), table);
+      for (int p = 0; p < 8; ++p)
+        wv[t][p] = decode(p == 0 ? q : _mm256_srli_epi64(q, 4 * p), table);
       int32_t four;
       std::memcpy(&four, s[t], 4);
       const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
