@@ -5,10 +5,17 @@
 #include <cstdint>
 #include <span>
 
+// The generator is shared with the CUDA sampler (src/backend/cuda/sampling.cu): one definition.
+#ifdef __CUDACC__
+#define DRAMA_HOST_DEVICE __host__ __device__
+#else
+#define DRAMA_HOST_DEVICE
+#endif
+
 namespace drama {
 
 // SplitMix64 finaliser.
-inline uint64_t mix64(uint64_t z) {
+DRAMA_HOST_DEVICE inline uint64_t mix64(uint64_t z) {
   z ^= z >> 30;
   z *= 0xbf58476d1ce4e5b9ull;
   z ^= z >> 27;
@@ -18,7 +25,7 @@ inline uint64_t mix64(uint64_t z) {
 }
 
 // u in [0, 1) with 53 random bits; depends only on its three keys.
-inline double counter_uniform(uint64_t seed, uint64_t frame, uint64_t codebook) {
+DRAMA_HOST_DEVICE inline double counter_uniform(uint64_t seed, uint64_t frame, uint64_t codebook) {
   uint64_t z = mix64(seed + 0x9e3779b97f4a7c15ull * (frame + 1));
   z = mix64(z + 0xbf58476d1ce4e5b9ull * (codebook + 1));
   return static_cast<double>(z >> 11) * 0x1.0p-53;
@@ -32,7 +39,7 @@ inline double counter_uniform(uint64_t seed, uint64_t frame, uint64_t codebook) 
 //    reaches top_p * (sum over candidates), at least one.
 // 5. target = u * (sum of kept p); the first kept candidate whose running sum exceeds target
 //    (the last one if rounding leaves none).
-int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k,
-                      float top_p, double u);
+int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k, float top_p,
+                      double u);
 
 }  // namespace drama

@@ -3,6 +3,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 #include "util/error.h"
+#include "util/sampling.h"
 
 namespace drama::cuda {
 
@@ -10,21 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kSortRounds = 64;  // top-k up to this by arg-max rounds, beyond it a full sort
-
-// As util/sampling.h: SplitMix64 finaliser and the counter-based uniform.
-__device__ uint64_t mix64(uint64_t z) {
-  z ^= z >> 30;
-  z *= 0xbf58476d1ce4e5b9ull;
-  z ^= z >> 27;
-  z *= 0x94d049bb133111ebull;
-  z ^= z >> 31;
-  return z;
-}
-__device__ double counter_uniform(uint64_t seed, uint64_t frame, uint64_t codebook) {
-  uint64_t z = mix64(seed + 0x9e3779b97f4a7c15ull * (frame + 1));
-  z = mix64(z + 0xbf58476d1ce4e5b9ull * (codebook + 1));
-  return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
 
 // a comes before b: higher score, or equal and lower id (b < 0: nothing yet).
 __device__ __forceinline__ bool before(float sa, int32_t a, float sb, int32_t b) {
