@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/config.h"
@@ -135,6 +136,21 @@ inline Voice random_voice(const Drama3Config& c, int64_t frames, uint64_t seed,
   for (int64_t i = 0; i < frames * v.num_codebooks; ++i)
     v.codes.push_back(static_cast<int32_t>(mix64(seed * 1000003 + i) % c.audio.codebook_size));
   return v;
+}
+
+// The tiny checkpoints the parity suites run on: (name, make-checkpoint options), and the test
+// name gtest gets for each ('-' is not allowed there).
+using CheckpointCase = std::pair<const char*, const char*>;
+inline const std::vector<CheckpointCase> kParityCheckpoints = {
+    {"tiny-bf16", ""},
+    {"tiny-bf16-pruned-sliced", "--prune-to 5 --router-layout sliced"},
+    {"tiny-nvfp4", "--nvfp4"},
+    {"tiny-nvfp4-pruned-full", "--nvfp4 --prune-to 5 --router-layout full"},
+    {"tiny-nvfp4-pruned-sliced", "--nvfp4 --prune-to 5 --router-layout sliced"}};
+inline std::string checkpoint_case_name(const ::testing::TestParamInfo<CheckpointCase>& info) {
+  std::string s = info.param.first;
+  for (char& ch : s) ch = ch == '-' ? '_' : ch;
+  return s;
 }
 
 }  // namespace drama::testing

@@ -109,19 +109,8 @@ TEST_P(CudaParity, LogitsWithinToleranceGreedyEqualPairedEqualsSeparate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Checkpoints, CudaParity,
-    ::testing::Values(
-        std::pair{"tiny-bf16", ""},
-        std::pair{"tiny-bf16-pruned-sliced", "--prune-to 5 --router-layout sliced"},
-        std::pair{"tiny-nvfp4", "--nvfp4"},
-        std::pair{"tiny-nvfp4-pruned-full", "--nvfp4 --prune-to 5 --router-layout full"},
-        std::pair{"tiny-nvfp4-pruned-sliced", "--nvfp4 --prune-to 5 --router-layout sliced"}),
-    [](const auto& info) {
-      std::string s = info.param.first;
-      for (char& ch : s) ch = ch == '-' ? '_' : ch;
-      return s;
-    });
+INSTANTIATE_TEST_SUITE_P(Checkpoints, CudaParity, ::testing::ValuesIn(testing::kParityCheckpoints),
+                         testing::checkpoint_case_name);
 
 // Row r of a batched call == the call on row r alone, for batches of 1, 2, 3, 8 and 64 rows, for
 // every weight of the tiny NVFP4 checkpoint (attention, router, experts, heads, tower) and for

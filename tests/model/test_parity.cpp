@@ -80,19 +80,8 @@ TEST_P(Parity, TeacherForcedLogitsMatchTheReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Checkpoints, Parity,
-    ::testing::Values(
-        std::pair{"tiny-bf16", ""},
-        std::pair{"tiny-bf16-pruned-sliced", "--prune-to 5 --router-layout sliced"},
-        std::pair{"tiny-nvfp4", "--nvfp4"},
-        std::pair{"tiny-nvfp4-pruned-full", "--nvfp4 --prune-to 5 --router-layout full"},
-        std::pair{"tiny-nvfp4-pruned-sliced", "--nvfp4 --prune-to 5 --router-layout sliced"}),
-    [](const auto& info) {
-      std::string s = info.param.first;
-      for (char& ch : s) ch = ch == '-' ? '_' : ch;
-      return s;
-    });
+INSTANTIATE_TEST_SUITE_P(Checkpoints, Parity, ::testing::ValuesIn(testing::kParityCheckpoints),
+                         testing::checkpoint_case_name);
 
 class GreedyParity : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
 
@@ -132,15 +121,9 @@ TEST_P(GreedyParity, GreedyCodesEqualTheReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, GreedyParity,
-                         ::testing::Values(std::pair{"tiny-bf16", ""},
-                                           std::pair{
-                                               "tiny-nvfp4-pruned-sliced",
-                                               "--nvfp4 --prune-to 5 --router-layout sliced"}),
-                         [](const auto& info) {
-                           std::string s = info.param.first;
-                           for (char& ch : s) ch = ch == '-' ? '_' : ch;
-                           return s;
-                         });
+                         ::testing::Values(testing::kParityCheckpoints.front(),
+                                           testing::kParityCheckpoints.back()),
+                         testing::checkpoint_case_name);
 
 }  // namespace
 }  // namespace drama
