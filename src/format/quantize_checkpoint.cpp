@@ -306,7 +306,6 @@ void write_into(const fs::path& in_dir, const QuantizeOptions& o, const fs::path
       files.push_back(f);
     }
   }
-  std::sort(files.begin(), files.end());
 
   std::string name = o.name;
   if (name.empty()) {
@@ -315,12 +314,8 @@ void write_into(const fs::path& in_dir, const QuantizeOptions& o, const fs::path
     name += pruned ? "-nvfp4-pruned" : "-nvfp4";
   }
   // A content-derived revision (as make-checkpoint's): same bytes, same revision.
-  Manifest m = compute_manifest(dir, files, name, "nvfp4", "local/quantize", std::string(40, '0'));
-  std::string digest;
-  for (const auto& f : m.files) digest += f.path + " " + f.sha256 + "\n";
-  m.revision =
-      sha256_hex({reinterpret_cast<const uint8_t*>(digest.data()), digest.size()}).substr(0, 40);
-  write_text_file_atomic(dir / "manifest.json", manifest_to_json(m).dump(2) + "\n");
+  write_manifest(dir / "manifest.json",
+                 pin_local_checkpoint(dir, files, name, "nvfp4", "local/quantize"));
 }
 
 }  // namespace
