@@ -191,11 +191,20 @@ std::vector<BuiltinVoice> load_builtin_voices(const fs::path& dir, const Manifes
   return out;
 }
 
+void check_builtin_id_free(const fs::path& dir, const std::string& id) {
+  if (!is_valid_voice_id(id))
+    throw UsageError("voice id '" + id + "' must be 1 to 64 characters from [A-Za-z0-9_-]");
+  std::error_code ec;
+  for (const char* ext : {".voice", ".json"})
+    if (fs::exists(fs::symlink_status(dir / kBuiltinVoicesDir / (id + ext), ec)))
+      throw Error(where_of(dir) + ": built-in voice '" + id + "' already exists (" +
+                  voices_path(id + ext) + ")");
+}
+
 Manifest add_builtin_voice(const fs::path& dir, const Manifest& verified,
                            const NewBuiltinVoice& nv) {
   const std::string where = where_of(dir);
-  if (!is_valid_voice_id(nv.id))
-    throw UsageError("voice id '" + nv.id + "' must be 1 to 64 characters from [A-Za-z0-9_-]");
+  check_builtin_id_free(dir, nv.id);
   const std::string name = nv.name.empty() ? nv.id : nv.name;
   if (const std::string why = bad_name_reason(name); !why.empty())
     throw UsageError("voice name " + why);

@@ -43,6 +43,10 @@ struct NewBuiltinVoice {
   Voice voice;
 };
 
+// Throws (drama::Error) when `id` is not a valid voice id (UsageError) or DIR/voices already
+// holds a file of that id. add_builtin_voice checks this too; callers may check before the work.
+void check_builtin_id_free(const std::filesystem::path& dir, const std::string& id);
+
 // Adds one built-in voice to the checkpoint `dir` and re-pins DIR/manifest.json, which
 // `verified` is (the caller verified `dir` against it, e.g. through resolve_checkpoint):
 // writes voices/<id>.json and voices/<id>.voice atomically, then a new manifest.json listing them
