@@ -45,7 +45,10 @@ async function loadVoices(select) {
   const picker = $("voice");
   const keep = select ?? picker.value;
   picker.length = 1;
-  for (const v of voices) picker.add(new Option(`${v.name} (${v.id})`, v.id));
+  for (const v of voices) {
+    const label = `${v.name} (${v.built_in ? "built-in: " : ""}${v.id})`;
+    picker.add(new Option(label, v.id));
+  }
   picker.value = voices.some((v) => v.id === keep) ? keep : "";
 }
 

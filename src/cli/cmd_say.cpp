@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 
@@ -12,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/weights_options.h"
 #include "engine/engine.h"
+#include "format/builtin_voices.h"
 #include "format/voice.h"
 #include "util/error.h"
 #include "util/request_rules.h"
@@ -61,22 +63,48 @@ void check_say_options(const SayOptions& o) {
   rules::check_speed(o.speed, "--speed");
 }
 
+// --voice: a voice file, or the id of one of the checkpoint's built-in voices. A value that could
+// be either (an id, and a file of that name in the working directory) is refused: ./ID names the
+// file.
+std::shared_ptr<const Voice> say_voice(const std::string& arg,
+                                       const std::vector<BuiltinVoice>& builtin) {
+  const BuiltinVoice* found = nullptr;
+  std::string ids;
+  for (const auto& v : builtin) {
+    if (v.id == arg) found = &v;
+    ids += (ids.empty() ? "" : ", ") + v.id;
+  }
+  std::error_code ec;
+  const bool file = std::filesystem::exists(arg, ec);
+  if (found && file)
+    throw UsageError("--voice " + arg +
+                     " names both a file and a built-in voice of the checkpoint; write ./" + arg +
+                     " for the file");
+  if (found) return found->voice;
+  if (file || !is_valid_voice_id(arg)) return std::make_shared<const Voice>(read_voice(arg));
+  throw Error("--voice " + arg +
+              ": no such voice file, and the checkpoint has no built-in voice '" + arg +
+              "' (built-in voices: " + (ids.empty() ? "none" : ids) + ")");
+}
+
 int run_say(const SayOptions& o) {
   check_say_options(o);
   const std::string format = format_of(o);
   if (format == "codes" && o.speed != 1.0)
     throw UsageError("--speed applies to audio, not to codes output");
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
+  // Built-in voices are files of the checkpoint: verified with it (a bad one fails every say).
+  const std::vector<BuiltinVoice> builtin = load_builtin_voices(resolved.dir, resolved.manifest);
+  std::shared_ptr<const Voice> voice;
+  if (!o.voice.empty()) voice = say_voice(o.voice, builtin);
   EngineOptions eo;
   eo.backend = o.weights.backend;
   eo.weights = o.weights.residency();
   auto engine = load_engine(resolved.dir, eo);
-  std::optional<Voice> voice;
-  if (!o.voice.empty()) voice = read_voice(o.voice);
 
   SpeechRequest req;
   req.text = o.text;
-  req.voice = voice ? &*voice : nullptr;
+  req.voice = voice.get();
   req.seed = o.seed ? *o.seed : std::random_device{}();
   req.sampling = engine->default_sampling();
   if (o.temperature) req.sampling.temperature = static_cast<float>(*o.temperature);
@@ -124,7 +152,9 @@ void register_say(CLI::App& app, Runner& run) {
   auto o = std::make_shared<SayOptions>();
   auto* sub = app.add_subcommand("say", "Speak one utterance into an audio file");
   sub->add_option("text", o->text, "Text to speak (UTF-8)")->required();
-  sub->add_option("--voice", o->voice, "Voice file (reference for guidance)");
+  sub->add_option("--voice", o->voice,
+                  "Voice file, or the id of a built-in voice of the checkpoint (reference for "
+                  "guidance)");
   sub->add_option("-o,--output", o->output,
                   "Output file; the format follows the extension (.wav .flac .pcm .mp3 .opus "
                   ".codes)")

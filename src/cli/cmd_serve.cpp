@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/weights_options.h"
 #include "engine/engine.h"
+#include "format/builtin_voices.h"
 #include "server/auth.h"
 #include "server/request_log.h"
 #include "server/speech_request.h"
@@ -77,6 +78,8 @@ int run_serve(const ServeOptions& o) {
   const std::optional<std::string> api_key = server::resolve_api_key(o.api_key, o.api_key_file);
   const auto voice_aliases = parse_voice_aliases(o.voice_aliases);
   ResolvedCheckpoint resolved = resolve_weights(o.weights);
+  // Built-in voices are files of the checkpoint: verified with it, before the engine loads.
+  std::vector<BuiltinVoice> builtin = load_builtin_voices(resolved.dir, resolved.manifest);
   EngineOptions eo;
   eo.backend = o.weights.backend;
   eo.weights = o.weights.residency();
@@ -97,6 +100,9 @@ int run_serve(const ServeOptions& o) {
   so.read_timeout_s = o.read_timeout_s;
   so.api_key = api_key;
   so.voice_aliases = voice_aliases;
+  std::string builtin_ids;
+  for (const auto& v : builtin) builtin_ids += (builtin_ids.empty() ? "" : ", ") + v.id;
+  so.builtin_voices = std::move(builtin);
   server::SpeechServer server(*engine, so);
   int port = server.bind();
 
@@ -116,6 +122,7 @@ int run_serve(const ServeOptions& o) {
   server::log_info("model " + engine->model_name() + " (" + resolved.provenance + ") on " +
                    engine->backend_name() + ", cfg " + o.cfg + ", gamma " +
                    std::to_string(so.gamma) + (so.request_gamma ? ", request gamma allowed" : ""));
+  server::log_info("built-in voices: " + (builtin_ids.empty() ? "none" : builtin_ids));
   if (!api_key && !server::is_loopback_host(o.host))
     server::log_warning("listening on " + o.host +
                         " beyond loopback without an API key: anyone who can reach the port can "

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -158,6 +159,25 @@ Manifest compute_manifest(const std::filesystem::path& dir, const std::vector<st
   }
   // Round-trip through the parser so a computed manifest obeys the same rules as a loaded one.
   return parse_manifest(manifest_to_json(m), "computed for " + dir.string());
+}
+
+std::string content_revision(const std::vector<ManifestFile>& files) {
+  std::string digest;
+  for (const auto& f : files) digest += f.path + " " + f.sha256 + "\n";
+  return sha256_hex({reinterpret_cast<const uint8_t*>(digest.data()), digest.size()}).substr(0, 40);
+}
+
+Manifest pin_local_checkpoint(const std::filesystem::path& dir, std::vector<std::string> files,
+                              const std::string& name, const std::string& weights,
+                              const std::string& repo) {
+  std::sort(files.begin(), files.end());
+  Manifest m = compute_manifest(dir, files, name, weights, repo, std::string(40, '0'));
+  m.revision = content_revision(m.files);
+  return m;
+}
+
+void write_manifest(const std::filesystem::path& path, const Manifest& manifest) {
+  write_text_file_atomic(path, manifest_to_json(manifest).dump(2) + "\n");
 }
 
 VerifyReport verify_directory(const std::filesystem::path& dir, const Manifest& manifest,

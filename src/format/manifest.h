@@ -35,6 +35,19 @@ Manifest compute_manifest(const std::filesystem::path& dir, const std::vector<st
                           const std::string& name, const std::string& weights,
                           const std::string& repo, const std::string& revision);
 
+// The content-derived revision of the checkpoints drama writes (make-checkpoint, quantize,
+// voice write --into): the first 40 hex digits of SHA-256 over one "path sha256\n" line per file,
+// in the manifest's order. Same bytes, same revision; it never names a real commit.
+std::string content_revision(const std::vector<ManifestFile>& files);
+
+// compute_manifest over `files` sorted by path, with the content-derived revision.
+Manifest pin_local_checkpoint(const std::filesystem::path& dir, std::vector<std::string> files,
+                              const std::string& name, const std::string& weights,
+                              const std::string& repo);
+
+// manifest.json as drama writes it (two-space indent, trailing newline), atomically.
+void write_manifest(const std::filesystem::path& path, const Manifest& manifest);
+
 struct VerifyProblem {
   std::string path;
   std::string reason;  // "missing", "size 123 != 456", "sha256 mismatch"

@@ -16,6 +16,7 @@
 #include <regex>
 #include <set>
 
+#include "format/builtin_voices.h"
 #include "format/checkpoint.h"
 #include "format/manifest.h"
 #include "format/nvfp4.h"
@@ -262,7 +263,20 @@ void write_into(const fs::path& in_dir, const QuantizeOptions& o, const fs::path
       files.push_back(f);
     }
   }
-  std::sort(files.begin(), files.end());
+  // Built-in voices were encoded with the codec, which is copied unchanged: they stay valid and
+  // are copied byte for byte (checked by load_builtin_voices once the manifest is written).
+  if (fs::exists(in_dir / kBuiltinVoicesDir)) {
+    fs::create_directory(dir / kBuiltinVoicesDir);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(in_dir / kBuiltinVoicesDir))
+      names.push_back(e.path().filename());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      const std::string f = std::string(kBuiltinVoicesDir) + "/" + n;
+      copy_file_bytes(in_dir / f, dir / f);
+      files.push_back(f);
+    }
+  }
 
   std::string name = o.name;
   if (name.empty()) {
@@ -271,12 +285,8 @@ void write_into(const fs::path& in_dir, const QuantizeOptions& o, const fs::path
     name += pruned ? "-nvfp4-pruned" : "-nvfp4";
   }
   // A content-derived revision (as make-checkpoint's): same bytes, same revision.
-  Manifest m = compute_manifest(dir, files, name, "nvfp4", "local/quantize", std::string(40, '0'));
-  std::string digest;
-  for (const auto& f : m.files) digest += f.path + " " + f.sha256 + "\n";
-  m.revision =
-      sha256_hex({reinterpret_cast<const uint8_t*>(digest.data()), digest.size()}).substr(0, 40);
-  write_text_file_atomic(dir / "manifest.json", manifest_to_json(m).dump(2) + "\n");
+  write_manifest(dir / "manifest.json",
+                 pin_local_checkpoint(dir, files, name, "nvfp4", "local/quantize"));
 }
 
 }  // namespace
@@ -335,6 +345,7 @@ void quantize_checkpoint(const fs::path& in_dir, const fs::path& out_dir,
   try {
     write_into(in_dir, options, tmp);
     Checkpoint check(tmp);  // what we wrote loads (our own invariant, cheap next to quantizing)
+    load_builtin_voices(tmp, load_manifest(tmp / "manifest.json"));
     fsync_directory(tmp);
     if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out_dir.c_str(), RENAME_NOREPLACE) != 0)
       throw Error("cannot rename " + tmp.string() + " to " + out_dir.string() + ": " +

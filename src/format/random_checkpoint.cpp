@@ -340,17 +340,11 @@ void write_into(const RandomCheckpointOptions& o, json config_json, const fs::pa
   write_random_codec(codec, o.seed, dir / "codec");
   files.push_back("codec/config.json");
   files.push_back("codec/model.safetensors");
-  std::sort(files.begin(), files.end());
 
   // A content-derived revision: same bytes, same revision; nothing here names a real commit.
-  Manifest m =
-      compute_manifest(dir, files, o.name.empty() ? default_name(o) : o.name,
-                       o.nvfp4 ? "nvfp4" : "bf16", "local/random-checkpoint", std::string(40, '0'));
-  std::string digest;
-  for (const auto& f : m.files) digest += f.path + " " + f.sha256 + "\n";
-  m.revision =
-      sha256_hex({reinterpret_cast<const uint8_t*>(digest.data()), digest.size()}).substr(0, 40);
-  write_json(dir / "manifest.json", manifest_to_json(m));
+  write_manifest(dir / "manifest.json",
+                 pin_local_checkpoint(dir, files, o.name.empty() ? default_name(o) : o.name,
+                                      o.nvfp4 ? "nvfp4" : "bf16", "local/random-checkpoint"));
 }
 
 }  // namespace

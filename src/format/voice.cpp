@@ -124,6 +124,16 @@ std::vector<uint8_t> read_all(const std::filesystem::path& path) {
 
 }  // namespace
 
+bool is_valid_voice_id(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 Voice parse_voice(const std::vector<uint8_t>& bytes, const std::string& label) {
   return parse(bytes, label, kVoiceFormat);
 }

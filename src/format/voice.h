@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace drama {
@@ -27,6 +28,10 @@ Voice read_voice(const std::filesystem::path& path);
 Voice parse_voice(const std::vector<uint8_t>& bytes, const std::string& label);
 void write_voice(const std::filesystem::path& path, const Voice& voice);  // atomic
 std::vector<uint8_t> serialize_voice(const Voice& voice);
+
+// A voice id (interfaces.md serving rules): [A-Za-z0-9_-]{1,64}, so a file name built from one
+// never leaves its directory. Stored voices and a checkpoint's built-in voices alike.
+bool is_valid_voice_id(std::string_view id);
 
 // Codes files of `drama codec` and `drama logits`: format = "drama-codes/1", no transcript.
 Voice read_codes(const std::filesystem::path& path);

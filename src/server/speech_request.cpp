@@ -109,16 +109,6 @@ bool names_loaded_model(std::string_view model, std::string_view loaded) {
   return false;
 }
 
-bool is_valid_voice_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id) {
-    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 std::optional<size_t> utf8_length(std::string_view text) {
   size_t count = 0;
   size_t i = 0;

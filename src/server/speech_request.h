@@ -10,6 +10,7 @@
 
 #include "audio/audio_io.h"
 #include "backend/backend.h"
+#include "format/voice.h"
 #include "util/request_rules.h"
 
 namespace drama::server {
@@ -50,8 +51,8 @@ inline constexpr double kMaxDurationSeconds = rules::kMaxDurationSeconds;
 // Throws ApiError (400) for anything malformed.
 SpeechFields parse_speech_request(std::string_view body, const SpeechPolicy& policy);
 
-// [A-Za-z0-9_-]{1,64}
-bool is_valid_voice_id(std::string_view id);
+// [A-Za-z0-9_-]{1,64} (format/voice.h: the same rule for a checkpoint's built-in voices).
+using drama::is_valid_voice_id;
 
 // Number of Unicode code points, or nullopt when `text` is not valid UTF-8.
 std::optional<size_t> utf8_length(std::string_view text);

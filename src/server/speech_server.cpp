@@ -80,6 +80,8 @@ std::string outcome_for_status(int status) {
       return "bad_request";
     case 401:
       return "unauthorized";
+    case 403:
+      return "forbidden";
     case 404:
       return "not_found";
     case 405:
@@ -98,11 +100,8 @@ std::string outcome_for_status(int status) {
 }
 
 json voice_json(const VoiceInfo& v) {
-  return {{"id", v.id},
-          {"name", v.name},
-          {"transcript", v.transcript},
-          {"frames", v.frames},
-          {"created", v.created}};
+  return {{"id", v.id},         {"name", v.name},       {"transcript", v.transcript},
+          {"frames", v.frames}, {"created", v.created}, {"built_in", v.built_in}};
 }
 
 // Generation bookkeeping shared by the whole and streamed paths.
@@ -129,7 +128,8 @@ SpeechServer::SpeechServer(Engine& engine, ServerOptions options)
       admission_(static_cast<int>(engine.stats().lanes), options_.max_queue),
       rng_(std::random_device{}()) {
   if (options_.max_queue < 0) throw UsageError("--max-queue must be 0 or more");
-  if (!options_.voices_dir.empty()) voices_ = std::make_unique<VoiceStore>(options_.voices_dir);
+  if (!options_.voices_dir.empty() || !options_.builtin_voices.empty())
+    voices_ = std::make_unique<VoiceStore>(options_.voices_dir, options_.builtin_voices);
   install_routes();
 }
 
@@ -519,7 +519,8 @@ void SpeechServer::handle_voices_list(const httplib::Request&, httplib::Response
 }
 
 void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Response& res) {
-  if (!voices_) throw ApiError(400, "voices_disabled", "this server has no --voices directory");
+  if (!voices_ || !voices_->writable())
+    throw ApiError(400, "voices_disabled", "this server has no --voices directory");
   std::string type = media_type(req);
   std::string name, ref_text, id;
   std::vector<uint8_t> audio;
@@ -573,6 +574,9 @@ void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Respon
   if (!id.empty() && !is_valid_voice_id(id))
     throw ApiError(400, "invalid_voice_id", "'id' must be 1 to 64 characters from [A-Za-z0-9_-]",
                    "id");
+  if (!id.empty() && voices_->is_built_in(id))
+    throw ApiError(400, "voice_exists",
+                   "'" + id + "' is the id of a built-in voice of the loaded checkpoint", "id");
   if (!id.empty() && voices_->info(id))
     throw ApiError(400, "voice_exists", "a voice with id '" + id + "' already exists", "id");
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "server/admission.h"
@@ -31,7 +32,10 @@ struct ServerOptions {
   CfgMode cfg = CfgMode::Paired;
   float gamma = 1.5f;
   bool request_gamma = false;
-  std::filesystem::path voices_dir;
+  std::filesystem::path voices_dir;  // empty: nothing can be stored (built-in voices still serve)
+  // The loaded checkpoint's built-in voices (format/builtin_voices.h): listed with
+  // "built_in": true, usable by id, never deleted, their ids never given to a stored voice.
+  std::vector<BuiltinVoice> builtin_voices;
   int max_queue = 4;
   std::string provenance;
   size_t max_body_bytes = 16u << 20;
