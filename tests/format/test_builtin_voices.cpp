@@ -205,7 +205,8 @@ TEST_F(BuiltinVoices, AVoiceThatDoesNotFitTheModelIsRefused) {
                                                {big_code, "outside the codebook"},
                                                {rate, "frame rate"}};
   for (const auto& [v, needle] : bad) {
-    const std::string e = error_of([&] { add("x", v); });
+    const Voice& voice = v;  // clang 14 lambdas cannot capture structured bindings
+    const std::string e = error_of([&] { add("x", voice); });
     EXPECT_NE(e.find(needle), std::string::npos) << e;
     // Nothing written: no voices/, the manifest as it was.
     EXPECT_FALSE(fs::exists(ckpt() / "voices"));
