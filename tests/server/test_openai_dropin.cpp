@@ -11,9 +11,8 @@
 #include "audio/audio_io.h"
 #include "server/auth.h"
 #include "server/base64.h"
-#include "server/fake_engine.h"
 #include "server/http_test_util.h"
-#include "server/speech_server.h"
+#include "server/in_process_server.h"
 #include "support/decode_output.h"
 #include "util/request_rules.h"
 
@@ -26,32 +25,10 @@ using server::ServerOptions;
 using server::SpeechServer;
 
 fs::path temp_dir(const std::string& name) {
-  const char* base = std::getenv("DRAMA_TEST_TMP");
-  fs::path dir =
-      fs::path(base ? base : "/tmp") / ("server-dropin-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return fresh_temp_dir("server-dropin", name);
 }
 
-struct Running {
-  FakeEngine engine;
-  std::unique_ptr<SpeechServer> server;
-  std::thread thread;
-  int port = 0;
-
-  explicit Running(ServerOptions o) {
-    o.host = "127.0.0.1";
-    if (o.provenance.empty()) o.provenance = "override:fake";
-    server = std::make_unique<SpeechServer>(engine, o);
-    port = server->bind();
-    thread = std::thread([this] { server->run(); });
-  }
-  ~Running() {
-    server->stop();
-    thread.join();
-  }
-};
+using Running = InProcessServer;
 
 ServerOptions options(const std::string& name) {
   ServerOptions o;
