@@ -5,12 +5,7 @@
 // (tools/reference/nvfp4.py) gives the same bytes; tests/format/test_quantize.cpp checks it.
 #include "format/quantize_checkpoint.h"
 
-#include <fcntl.h>
-#include <stdio.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <regex>
@@ -338,24 +333,11 @@ void quantize_checkpoint(const fs::path& in_dir, const fs::path& out_dir,
   const fs::path parent = out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".");
   if (!fs::is_directory(parent))
     throw UsageError("OUT_DIR " + out_dir.string() + ": the parent directory does not exist");
-  const fs::path tmp =
-      parent / ("." + out_dir.filename().string() + ".partial-" + std::to_string(::getpid()));
-  if (!fs::create_directory(tmp))
-    throw Error("cannot create the temporary directory " + tmp.string() + " (it exists)");
-  try {
+  write_directory_atomic(out_dir, [&](const fs::path& tmp) {
     write_into(in_dir, options, tmp);
     Checkpoint check(tmp);  // what we wrote loads (our own invariant, cheap next to quantizing)
     load_builtin_voices(tmp, load_manifest(tmp / "manifest.json"));
-    fsync_directory(tmp);
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out_dir.c_str(), RENAME_NOREPLACE) != 0)
-      throw Error("cannot rename " + tmp.string() + " to " + out_dir.string() + ": " +
-                  std::strerror(errno));
-    fsync_directory(parent);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // only the directory this call created
-    throw;
-  }
+  });
 }
 
 }  // namespace drama

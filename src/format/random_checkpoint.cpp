@@ -4,12 +4,7 @@
 // Weight scales are explained in docs/checkpoints.md.
 #include "format/random_checkpoint.h"
 
-#include <fcntl.h>
-#include <stdio.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -356,23 +351,8 @@ void write_random_checkpoint(const RandomCheckpointOptions& options, const fs::p
   const fs::path parent = out_dir.has_parent_path() ? out_dir.parent_path() : fs::path(".");
   if (!fs::is_directory(parent))
     throw UsageError("-o " + out_dir.string() + ": the parent directory does not exist");
-  const fs::path tmp =
-      parent / ("." + out_dir.filename().string() + ".partial-" + std::to_string(::getpid()));
-  if (!fs::create_directory(tmp))
-    throw Error("cannot create the temporary directory " + tmp.string() + " (it exists)");
-  try {
-    write_into(options, options.config, tmp);
-    fsync_directory(tmp);
-    // RENAME_NOREPLACE: a directory that appeared meanwhile is never replaced.
-    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out_dir.c_str(), RENAME_NOREPLACE) != 0)
-      throw Error("cannot rename " + tmp.string() + " to " + out_dir.string() + ": " +
-                  std::strerror(errno));
-    fsync_directory(parent);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // only the directory this call created
-    throw;
-  }
+  write_directory_atomic(out_dir,
+                         [&](const fs::path& tmp) { write_into(options, options.config, tmp); });
 }
 
 }  // namespace drama

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <openssl/evp.h>
+#include <stdio.h>  // renameat2
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -33,6 +35,27 @@ void fsync_directory(const fs::path& dir) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+void write_directory_atomic(const fs::path& dir, const std::function<void(const fs::path&)>& fill) {
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  const fs::path tmp =
+      parent / ("." + dir.filename().string() + ".partial-" + std::to_string(::getpid()));
+  if (!fs::create_directory(tmp))
+    throw Error("cannot create the temporary directory " + tmp.string() + " (it exists)");
+  try {
+    fill(tmp);
+    fsync_directory(tmp);
+    // RENAME_NOREPLACE: a directory that appeared meanwhile is never replaced.
+    if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, dir.c_str(), RENAME_NOREPLACE) != 0)
+      throw Error("cannot rename " + tmp.string() + " to " + dir.string() + ": " +
+                  std::strerror(errno));
+    fsync_directory(parent);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // only the directory this call created
+    throw;
+  }
 }
 
 void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes) {
@@ -75,7 +98,9 @@ Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
     throw Error("OpenSSL SHA-256 initialisation failed");
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+}
 
 void Sha256::update(const void* data, size_t bytes) {
   EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, bytes);

@@ -22,6 +22,13 @@ void write_text_file_atomic(const std::filesystem::path& path, const std::string
 // fsync a directory so a rename inside it is durable.
 void fsync_directory(const std::filesystem::path& dir);
 
+// Creates the directory `dir` atomically: `fill` writes into a new temporary sibling, which is
+// fsynced and renamed to `dir` without replacing anything that appeared there meanwhile; on any
+// failure the temporary directory is removed and the exception goes on. The caller checks
+// beforehand that `dir` is absent and its parent exists (its messages name its option).
+void write_directory_atomic(const std::filesystem::path& dir,
+                            const std::function<void(const std::filesystem::path& tmp)>& fill);
+
 // Incremental SHA-256.
 class Sha256 {
  public:
