@@ -5,7 +5,10 @@ reference (and through its parity tests, the engine) decodes.
 The quantizer is the hard part (issue 14: naive EMA RVQ codecs collapsed to a constant output):
 - codebooks are EMA k-means in Mimi's own representation (embed_sum / cluster_usage, exported
   unchanged), each initialised by k-means on the first batch's residuals;
-- a code whose usage falls below `dead_usage` is restarted on a random residual of the batch;
+- a code whose EMA usage falls below `dead_ratio` of the mean usage is restarted on a random
+  residual of the batch (relative, as Moshi's threshold_usage_ratio: an absolute threshold of
+  0.5 with 480 vectors a batch for 1024 codes put the average code below it, so about 300 codes
+  per codebook were re-seeded every step and none settled; the first GPU chunk, 2026-12-01);
 - low-dimensional codes (vector_quantization_hidden_dimension, e.g. 32) through Mimi's
   input_proj/output_proj, as DAC factorises;
 - quantizer dropout (a random number of codebooks per batch) so early codebooks carry the most;
@@ -94,11 +97,11 @@ class StftDiscriminator(torch.nn.Module):
 class Codec:
     """Trainable parameters + EMA codebooks of one Mimi codec, and the training forward."""
 
-    def __init__(self, codec_config, seed, device="cpu", decay=0.99, dead_usage=0.5,
+    def __init__(self, codec_config, seed, device="cpu", decay=0.99, dead_ratio=0.1,
                  commitment=0.25):
         self.raw = dict(codec_config)
         self.c = mimi.config_from_dict(self.raw)
-        self.decay, self.dead_usage, self.commitment = decay, dead_usage, commitment
+        self.decay, self.dead_ratio, self.commitment = decay, dead_ratio, commitment
         generator = torch.Generator().manual_seed(seed)
         values = layout.initial_values(layout.mimi_layout(self.raw), generator)
         self.buffers = {n: v.to(device) for n, v in values.items() if ".codebook." in n}
@@ -107,6 +110,7 @@ class Codec:
         self.model = mimi.Mimi(None, self.c, {**self.params, **self.buffers})
         self.generator = torch.Generator(device=device).manual_seed(seed + 1)
         self.device = device
+        self._initialized = set()  # codebooks known to be initialised (read once, not per step)
 
     def tensors(self):
         """Every tensor (parameters and codebook state), for export and checkpoints."""
@@ -118,6 +122,7 @@ class Codec:
                 p.copy_(tensors[n])
             for n, b in self.buffers.items():
                 b.copy_(tensors[n])
+        self._initialized.clear()
 
     def encode_latent(self, pcm):
         m = self.model
@@ -149,26 +154,39 @@ class Codec:
         self.buffers[p + "embed_sum"].copy_(centers)
         self.buffers[p + "cluster_usage"].fill_(1.0)
         self.buffers[p + "initialized"].fill_(1.0)
+        self._initialized.add(p)
+
+    def _needs_init(self, prefix, i):
+        p = f"{prefix}.layers.{i}.codebook."
+        if p in self._initialized:
+            return False
+        if self.buffers[p + "initialized"].item() >= 0.5:  # loaded state: once per codebook
+            self._initialized.add(p)
+            return False
+        return True
 
     def _update(self, prefix, i, x, idx):
-        """EMA update of one codebook from residuals x [N, D] assigned to idx, then restarts."""
+        """EMA update of one codebook from residuals x [N, D] assigned to idx, then restarts of
+        the codes used less than dead_ratio x the mean usage. No host synchronisation: every code
+        draws a candidate residual and the dead ones take it (torch.where). Returns the number
+        restarted as a device tensor."""
         p = f"{prefix}.layers.{i}.codebook."
         usage, embed_sum = self.buffers[p + "cluster_usage"], self.buffers[p + "embed_sum"]
         counts = torch.bincount(idx, minlength=usage.shape[0]).float()
         sums = torch.zeros_like(embed_sum).index_add_(0, idx, x)
         usage.mul_(self.decay).add_(counts, alpha=1 - self.decay)
         embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
-        dead = usage < self.dead_usage
-        n_dead = int(dead.sum())
-        if n_dead:
-            pick = torch.randint(0, x.shape[0], (n_dead,), generator=self.generator, device=x.device)
-            embed_sum[dead] = x[pick] * self.dead_usage
-            usage[dead] = self.dead_usage
-        return n_dead
+        floor = self.dead_ratio * usage.mean()
+        dead = usage < floor
+        pick = torch.randint(0, x.shape[0], (usage.shape[0],), generator=self.generator, device=x.device)
+        embed_sum.copy_(torch.where(dead[:, None], x[pick] * floor, embed_sum))
+        usage.copy_(torch.where(dead, floor, usage))
+        return dead.sum()
 
-    def quantize(self, e, n_q, train):
+    def quantize(self, e, n_q, train, want_stats=False):
         """e [B, hidden, F] -> (quantized embedding [B, hidden, F], codes [B, F, n_q],
-        commitment loss, stats)."""
+        commitment loss, stats). The stats (restarts, fewest codes used) need host reads, so they
+        are computed only when asked (the logged steps)."""
         m = self.model
         b, _, frames = e.shape
         out, codes, commit, dead, used = 0.0, [], 0.0, 0, []
@@ -180,14 +198,15 @@ class Codec:
             flat = z.transpose(1, 2).reshape(-1, z.shape[1])
             residual, total = flat.detach(), torch.zeros_like(flat)
             for i in range(count):
-                if train and self.buffers[f"{prefix}.layers.{i}.codebook.initialized"].item() < 0.5:
+                if train and self._needs_init(prefix, i):
                     self._kmeans_init(prefix, i, residual)
                 embed = self._codebook(prefix, i)
                 idx = torch.cdist(residual, embed).argmin(dim=1)
                 q = embed[idx]
                 if train:
-                    dead += self._update(prefix, i, residual, idx)
-                used.append(idx.unique().numel())
+                    dead = dead + self._update(prefix, i, residual, idx)
+                if want_stats:
+                    used.append(idx.unique().numel())
                 codes.append(idx.view(b, frames))
                 total = total + q
                 residual = residual - q
@@ -195,12 +214,12 @@ class Codec:
             zq = flat + (total - flat).detach()  # straight-through to the encoder
             part = m.project(zq.view(b, frames, -1).transpose(1, 2), prefix + ".output_proj.weight")
             out = part if isinstance(out, float) else out + part
-        stats = {"dead_restarts": dead, "codes_used_min": min(used) if used else 0}
+        stats = {"dead_restarts": int(dead), "codes_used_min": min(used) if used else 0} if want_stats else {}
         return out, torch.stack(codes, dim=-1), commit * self.commitment, stats
 
-    def forward(self, pcm, n_q, train=True):
+    def forward(self, pcm, n_q, train=True, want_stats=False):
         e = self.encode_latent(pcm)
-        emb, codes, commit, stats = self.quantize(e, n_q, train)
+        emb, codes, commit, stats = self.quantize(e, n_q, train, want_stats)
         y = self.decode_latent(emb)
         return y[:, : pcm.shape[1]], codes, commit, stats
 

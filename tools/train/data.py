@@ -90,46 +90,49 @@ class PairSampler:
 
 
 def collate(config, examples, device):
-    """Padded batch for model.Drama3Train.forward (spec section 6 layout)."""
+    """Padded batch for model.Drama3Train.forward (spec section 6 layout). An example's codes
+    may be a list of frames or an int tensor [frames, K]."""
     text, k = config["text"], config["audio"]["num_codebooks"]
     eos_code = config["audio"].get("eos_code", config["audio"]["codebook_size"])
-    seqs, preds = [], []
+    eos_row = torch.tensor([[eos_code] + [0] * (k - 1)], dtype=torch.int64)
+    seqs, pred_b, pred_p, targets = [], [], [], []
     for b, (ref, target) in enumerate(examples):
         tokens, codes, is_audio = [], [], []
 
         def add_text(ids):
-            for i in [text["bos_id"], *ids, text["eos_id"]]:
-                tokens.append(i)
-                codes.append([0] * k)
-                is_audio.append(False)
+            n = len(ids) + 2
+            tokens.append(torch.tensor([text["bos_id"], *ids, text["eos_id"]], dtype=torch.int64))
+            codes.append(torch.zeros(n, k, dtype=torch.int64))
+            is_audio.append(torch.zeros(n, dtype=torch.bool))
 
         def add_frames(frames):
-            for f in frames:
-                tokens.append(0)
-                codes.append(list(f))
-                is_audio.append(True)
+            f = torch.as_tensor(frames, dtype=torch.int64).reshape(-1, k)
+            tokens.append(torch.zeros(f.shape[0], dtype=torch.int64))
+            codes.append(f)
+            is_audio.append(torch.ones(f.shape[0], dtype=torch.bool))
+            return f
 
         if ref is not None:
             add_text(ref["tokens"])
             add_frames(ref["codes"])
         add_text(target["tokens"])
-        first = len(tokens) - 1  # the target text's eos predicts frame 0
-        add_frames(target["codes"])
-        for t, frame in enumerate(list(target["codes"]) + [None]):
-            c = [eos_code] + [0] * (k - 1) if frame is None else list(frame)
-            preds.append((b, first + t, c))
-        seqs.append((tokens, codes, is_audio))
-    length = max(len(s[0]) for s in seqs)
+        first = sum(t.shape[0] for t in tokens) - 1  # the target text's eos predicts frame 0
+        frames = add_frames(target["codes"])
+        count = frames.shape[0] + 1  # every frame, then eos
+        pred_b.append(torch.full((count,), b, dtype=torch.int64))
+        pred_p.append(torch.arange(first, first + count, dtype=torch.int64))
+        targets.append(torch.cat([frames, eos_row]))
+        seqs.append((torch.cat(tokens), torch.cat(codes), torch.cat(is_audio)))
+    length = max(s_[0].shape[0] for s_ in seqs)
     bsz = len(seqs)
     tok = torch.zeros(bsz, length, dtype=torch.int64)
     cod = torch.zeros(bsz, length, k, dtype=torch.int64)
     aud = torch.zeros(bsz, length, dtype=torch.bool)
     for b, (t, c, a) in enumerate(seqs):
-        tok[b, :len(t)] = torch.tensor(t)
-        cod[b, :len(t)] = torch.tensor(c)
-        aud[b, :len(t)] = torch.tensor(a)
-    target = torch.tensor([p[2] for p in preds], dtype=torch.int64)
+        tok[b, :t.shape[0]] = t
+        cod[b, :t.shape[0]] = c
+        aud[b, :t.shape[0]] = a
+    target = torch.cat(targets)
     return {"tokens": tok.to(device), "codes": cod.to(device), "is_audio": aud.to(device),
-            "pred_batch": torch.tensor([p[0] for p in preds], device=device),
-            "pred_pos": torch.tensor([p[1] for p in preds], device=device),
+            "pred_batch": torch.cat(pred_b).to(device), "pred_pos": torch.cat(pred_p).to(device),
             "target_c0": target[:, 0].to(device), "target_codes": target.to(device)}

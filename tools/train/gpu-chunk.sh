@@ -16,6 +16,7 @@
 #   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
 #   ["train-carry/resume/model", "train-carry/resume/codes", "train-carry/resume/progress.json"]
+# DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
 # DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
 set -euo pipefail
@@ -88,6 +89,13 @@ x = torch.ones(4, device="cuda" if torch.cuda.is_available() else "cpu").sum().i
 ids = text_frontend.text_tokens("The cat sat on the mat.", "espeak-ipa", "en-us")
 print(f"gpu-chunk: preflight ok (torch {torch.__version__}, {len(ids)} espeak-ipa tokens)")
 PY
+if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size instead of a chunk (recipe choice)
+  # shellcheck disable=SC2086
+  "$py" tools/train/train.py bench --work "$work" --corpus "$corpus" --config "$config" \
+    --device "$device" --json "$out/bench.json" ${DRAMA_TRAIN_BENCH_ARGS:-} | tee "$out/train.log"
+  echo "gpu-chunk: $(( $(date +%s) - start )) s" | tee -a "$out/train.log"
+  exit 0
+fi
 left=$(( minutes * 60 - ($(date +%s) - start) ))
 # shellcheck disable=SC2086
 "$py" tools/train/train.py next --work "$work" --corpus "$corpus" --config "$config" \

@@ -4,6 +4,7 @@
     python3 tools/train/train.py codec|encode|model --work DIR --corpus CORPUS [--minutes M]
     python3 tools/train/train.py export --work DIR -o CHECKPOINT_DIR
     python3 tools/train/train.py eval-codec --work DIR --corpus CORPUS   reconstruction WER
+    python3 tools/train/train.py bench --work DIR --corpus CORPUS [--json OUT]   steps/s by batch
     (--config tools/train/drama-mini.json, --recipe tools/train/recipe.json, --set KEY=VALUE
      overrides a recipe value, e.g. --set codec.steps=20)
 
@@ -146,18 +147,22 @@ def train_codec(args, config, recipe, deadline):
             for o in (opt, opt_d):
                 for g in o.param_groups:
                     g["lr"] = r["lr"] * min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
-        y, _, commit, stats = codec.forward(x, n_q)
+        logging = (step + 1) % r["log_every"] == 0 or step == 0
+        y, _, commit, stats = codec.forward(x, n_q, want_stats=logging)
         mel, stft = spectral(y, x)
         loss = mel + stft + commit
         adv = fm = loss_d = torch.tensor(0.0)
         if step >= r["adv_start"]:
-            real, fake = disc(x), disc(y.detach())
+            # The discriminator sees the first disc_batch crops: on the H200 it takes a batch of
+            # 24 from 21 to 7.9 steps/s and scales worse than the codec (train.py bench).
+            db = r.get("disc_batch", x.shape[0])
+            real, fake = disc(x[:db]), disc(y[:db].detach())
             loss_d = sum(torch.relu(1 - a[0]).mean() + torch.relu(1 + b[0]).mean()
                          for a, b in zip(real, fake)) / len(real)
             opt_d.zero_grad()
             loss_d.backward()
             opt_d.step()
-            fake = disc(y)
+            fake = disc(y[:db])
             adv = sum(torch.relu(1 - b[0]).mean() for b in fake) / len(fake)
             fm = sum(torch.nn.functional.l1_loss(fb, ra.detach()) / (ra.detach().abs().mean() + 1e-5)
                      for a, b in zip(real, fake) for ra, fb in zip(a[1], b[1])) / (len(real) * len(real[0][1]))
@@ -167,7 +172,7 @@ def train_codec(args, config, recipe, deadline):
         torch.nn.utils.clip_grad_norm_(codec.params.values(), 1.0)
         opt.step()
         step += 1
-        if step % r["log_every"] == 0 or step == 1:
+        if logging:
             append_losses(os.path.join(folder, "losses.tsv"), {
                 "step": step, "mel": float(mel), "stft": float(stft), "commit": float(commit),
                 "adv": float(adv), "fm": float(fm), "disc": float(loss_d), "n_q": n_q,
@@ -254,7 +259,7 @@ def load_codes(work):
     codes = state.load_tensors_split(folder, index["files"])
     out = []
     for e in index["utterances"]:
-        out.append(dict(e, codes=codes[e["key"]].to(torch.int64).tolist()))
+        out.append(dict(e, codes=codes[e["key"]].to(torch.int64)))
     return out
 
 
@@ -356,9 +361,94 @@ def export(args, config, recipe, out_dir):
 # ----------------------------------------------------------------------------------------------
 
 
+def bench_steps(args, config, recipe):
+    """Steps per second of the codec (before and with the discriminator) and of the model at
+    several batch sizes, on this device: what the recipe's batch sizes are chosen from
+    (docs/training.md). The codec reads the corpus; the model runs on random codes of the
+    corpus's lengths (12.5 frames/s: 40-110 frames, 40-110 tokens), so no encoder is needed."""
+    device = args.device
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    result = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
+              "torch": torch.__version__, "codec": [], "model": []}
+    rc, rm = recipe["codec"], recipe["model"]
+    waves = data.load_audio(args.corpus, data.read_corpus(args.corpus, "train")[:2000])
+    spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
+
+    def timed(step, warm=min(5, args.bench_steps), count=args.bench_steps):
+        for _ in range(warm):
+            step()
+        sync()
+        t0 = time.time()
+        for _ in range(count):
+            step()
+        sync()
+        return count / (time.time() - t0)
+
+    for batch in [int(b) for b in args.batches_codec.split(",")]:
+        for adv in (False, True):
+            codec = make_codec(config, recipe, device)
+            disc = codec_lib.StftDiscriminator(rc.get("disc_channels", 32)).to(device)
+            opt = torch.optim.AdamW(codec.params.values(), lr=1e-4)
+            opt_d = torch.optim.AdamW(disc.parameters(), lr=1e-4)
+            rng = random.Random(1)
+
+            def step():
+                x = data.CropSampler(waves, rc["seconds"], rng.random()).batch(batch).to(device)
+                y, _, commit, _ = codec.forward(x, 8)
+                mel, stft = spectral(y, x)
+                loss = mel + stft + commit
+                if adv:
+                    real, fake = disc(x), disc(y.detach())
+                    loss_d = sum(torch.relu(1 - a[0]).mean() + torch.relu(1 + b[0]).mean() for a, b in zip(real, fake))
+                    opt_d.zero_grad()
+                    loss_d.backward()
+                    opt_d.step()
+                    loss = loss + sum(torch.relu(1 - b[0]).mean() for b in disc(y))
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            rate = timed(step)
+            result["codec"].append({"batch": batch, "discriminator": adv, "steps_per_s": round(rate, 2),
+                                    "audio_s_per_s": round(rate * batch * rc["seconds"], 1)})
+            print("bench codec", result["codec"][-1], flush=True)
+    g = random.Random(2)
+    k, cs = config["audio"]["num_codebooks"], config["audio"]["codebook_size"]
+    utterances = []
+    for i in range(400):
+        n = g.randint(40, 110)
+        utterances.append({"speaker": f"s{i % 20}", "tokens": [g.randrange(256) for _ in range(g.randint(40, 110))],
+                           "codes": torch.randint(0, cs, (n, k))})
+    for batch in [int(b) for b in args.batches_model.split(",")]:
+        m = model_lib.Drama3Train(config, 1, device)
+        opt = torch.optim.AdamW(m.params.values(), lr=1e-4)
+        counter = [0]
+
+        def step():
+            counter[0] += 1
+            sampler = data.PairSampler(utterances, counter[0], rm["drop_reference"], rm["max_frames"])
+            b = data.collate(config, sampler.batch(batch), device)
+            with (torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else contextlib.nullcontext()):
+                losses = m.forward(b)
+            loss = losses["codebook0"] + losses["tower"] + 0.01 * losses["balance"]
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        rate = timed(step)
+        result["model"].append({"batch": batch, "steps_per_s": round(rate, 2),
+                                "examples_per_s": round(rate * batch, 1)})
+        print("bench model", result["model"][-1], flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="drama-mini training driver")
-    p.add_argument("stage", choices=("next",) + STAGES + ("eval-codec",))
+    p.add_argument("stage", choices=("next",) + STAGES + ("eval-codec", "bench"))
     p.add_argument("--work", required=True)
     p.add_argument("--corpus")
     p.add_argument("-o", "--output", help="export: the checkpoint directory to write")
@@ -368,6 +458,10 @@ def main(argv=None):
     p.add_argument("--minutes", type=float)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--batches-codec", default="24,64,128", help="bench: codec batch sizes")
+    p.add_argument("--batches-model", default="32,64,128", help="bench: model batch sizes")
+    p.add_argument("--json", help="bench: where to write the figures")
+    p.add_argument("--bench-steps", type=int, default=20, help="bench: timed steps per setting")
     args = p.parse_args(argv)
     config = load_json(args.config)
     recipe = apply_overrides(load_json(args.recipe), args.set)
@@ -382,6 +476,9 @@ def main(argv=None):
     # `next` asks every stage in order; a finished one returns at once (its saved step count has
     # reached the recipe's), so raising a recipe's steps continues that stage.
     stages = list(STAGES) if args.stage == "next" else [args.stage]
+    if args.stage == "bench":
+        bench_steps(args, config, recipe)
+        return 0
     if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
         evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
                        recipe["codec"], "saved")
