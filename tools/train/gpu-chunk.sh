@@ -14,8 +14,11 @@
 # $OUT/work.tar.NN (pieces of 16 MiB: the device tool returns at most 8 files, 2 folders deep),
 # plus progress.json, train.log and nvidia-smi's line (device.txt). Here, afterwards:
 #   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
+# Between the stages, once the codec has its recipe's steps, the codes are made here (CPU):
+#   python3 tools/train/train.py encode --work train-carry/resume --corpus CORPUS --device cpu
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
 #   ["train-carry/resume/model", "train-carry/resume/codes", "train-carry/resume/progress.json"]
+# A chunk trains one stage and returns only that stage's folder (codec/ or model/).
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
 # DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
@@ -48,21 +51,29 @@ else:
     print(f"gpu-chunk: state of this machine ({max(spent(work), 0):.0f} s of training)")
 PY
 mkdir -p "$work"
-# The codec state travels back until a chunk starts with the codes already made (below).
-skip_codec=$("$py" -c "import json,os,sys; p=sys.argv[1]; print(os.path.exists(p) and 'encode' in json.load(open(p))['done'])" "$work/progress.json")
+# What this chunk trains: the codec until its recipe's steps, then (the codes made on the
+# development machine from the final codec, `train.py encode`, and carried in) the model.
+phase=$("$py" - "$work" tools/train/recipe.json <<'PY'
+import json, os, sys
+work, recipe = sys.argv[1:]
+steps = json.load(open(recipe))["codec"]["steps"]
+codec = os.path.join(work, "codec", "state", "state.json")
+codes = os.path.join(work, "codes", "index.json")
+if os.path.exists(codec) and json.load(open(codec))["step"] < steps or not os.path.exists(codes):
+    print("codec" if os.path.exists(codec) or not os.path.exists(os.path.join(work, "progress.json")) else "stale")
+else:
+    print("model" if json.load(open(codes)).get("codec_step") == steps else "stale")
+PY
+)
+if [ "$phase" = stale ]; then
+  echo "gpu-chunk: the codes are missing or not from the final codec: run train.py encode on the development machine and carry them (docs/training.md)" >&2
+  exit 1
+fi
+echo "gpu-chunk: $phase stage"
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true) > "$out/device.txt" 2>&1
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
 
-needs_audio() {  # the codec and encode stages read the corpus audio
-  "$py" - "$work/progress.json" <<'PY'
-import json, os, sys
-p = sys.argv[1]
-done = json.load(open(p))["done"] if os.path.exists(p) else []
-sys.exit(0 if not {"codec", "encode"} <= set(done) else 1)
-PY
-}
-
-if needs_audio && [ ! -f "$corpus/corpus.json" ]; then
+if [ "$phase" = codec ] && [ ! -f "$corpus/corpus.json" ]; then  # the codec reads the audio
   if [ ! -d "$root/usr" ]; then
     tools/corpus/unpack-debs.sh "$carry/debs" "$root"
   fi
@@ -97,16 +108,18 @@ if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size instead of a c
   exit 0
 fi
 left=$(( minutes * 60 - ($(date +%s) - start) ))
+until_args=()
+if [ "$phase" = codec ]; then until_args=(--until codec); fi
 # shellcheck disable=SC2086
-"$py" tools/train/train.py next --work "$work" --corpus "$corpus" --config "$config" \
+"$py" tools/train/train.py next "${until_args[@]}" --work "$work" --corpus "$corpus" --config "$config" \
   --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
-# What travels back: the state without optimizer moments, as a tar in 16 MiB pieces (the device
-# tool returns at most 8 files of 16 MiB, 64 MiB in all); from the chunk after the one that made
-# the codes, without the codec's state (final by then: it stays in train-carry/resume on the other machine, which
-# exports), so that the model stage's state fits. Losses and progress are inside the tar.
-(cd "$work" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' ! -path './export/*' \
-  | { if [ "$skip_codec" = True ]; then grep -v '^\./codec/state/'; else cat; fi; } \
+# What travels back: the folder of the stage this chunk trained (codec/ or model/), without
+# optimizer moments, and progress.json, as a tar in 16 MiB pieces (the device tool returns at
+# most 8 files of 16 MiB, 64 MiB in all; codec 19 MB, model 44.5 MB). The codes came from the
+# development machine and do not travel back. (A chunk that returned codec, codes and model
+# together, 72 MB, lost a piece on 2026-12-01: docs/training.md.)
+(cd "$work" && find "./$phase" ./progress.json -type f ! -name 'moments-*' ! -path './codec/eval/*' \
   | LC_ALL=C sort | tar -cf - -T -) | split -b 16M -d - "$out/work.tar."
 cp "$work/progress.json" "$out/progress.json"
 du -ch "$out"/work.tar.* | tail -1 | tee -a "$out/train.log"

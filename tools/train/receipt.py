@@ -14,13 +14,20 @@ import os
 import time
 
 
+def _number(v):
+    try:
+        return float(v)
+    except ValueError:
+        return v or None
+
+
 def read_tsv(path):
     with open(path) as f:
         head = f.readline().rstrip("\n").split("\t")
         rows = []
         for line in f:
             cells = line.rstrip("\n").split("\t")
-            rows.append({k: (float(v) if v not in ("",) else None) for k, v in zip(head, cells)})
+            rows.append({k: _number(v) for k, v in zip(head, cells)})
     return rows
 
 
@@ -50,7 +57,13 @@ def main():
             tail = rows[-5:]
             entry["codes_used_min_last_rows"] = min(int(r["codes_used_min"]) for r in tail)
         receipt["stages"][stage] = entry
-    receipt["gpu_minutes_spent"] = round(sum(progress.get("seconds", {}).values()) / 60, 2)
+    eval_path = os.path.join(args.work, "codec", "eval.tsv")
+    if os.path.exists(eval_path) and "codec" in receipt["stages"]:
+        receipt["stages"]["codec"]["reconstruction_wer"] = [
+            {k: v for k, v in r.items() if v is not None} for r in read_tsv(eval_path)]
+    seconds = progress.get("seconds", {})
+    receipt["gpu_minutes_spent"] = round(sum(v for k, v in seconds.items() if "@" not in k) / 60, 2)
+    receipt["cpu_seconds"] = {k: v for k, v in seconds.items() if "@" in k}
     with open(args.out, "w") as f:
         json.dump(receipt, f, indent=1)
         f.write("\n")

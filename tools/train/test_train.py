@@ -167,6 +167,18 @@ class Pipeline(unittest.TestCase):
             self.assertEqual(train.main(["model"] + common + ["--set", "model.steps=3"]), 0)
             with open(os.path.join(work, "model", "losses.tsv")) as f:
                 self.assertEqual([line.split("\t")[0] for line in f][1:], ["1", "2", "3"])
+            # Training the codec further makes its codes stale: `encode` makes them again from
+            # the codec's new step instead of reusing them.
+            with open(os.path.join(work, "codes", "index.json")) as f:
+                self.assertEqual(json.load(f)["codec_step"], 3)
+            self.assertEqual(train.main(["next", "--until", "codec"] + common + ["--set", "codec.steps=4"]), 0)
+            with open(os.path.join(work, "codes", "index.json")) as f:
+                self.assertEqual(json.load(f)["codec_step"], 3)  # --until codec: no encode yet
+            self.assertEqual(train.main(["encode"] + common + ["--set", "codec.steps=4"]), 0)
+            with open(os.path.join(work, "codes", "index.json")) as f:
+                self.assertEqual(json.load(f)["codec_step"], 4)
+            with open(os.path.join(work, "progress.json")) as f:
+                self.assertIn("encode@cpu", json.load(f)["seconds"])
             for folder, _, files in os.walk(work):
                 for name in files:
                     self.assertLessEqual(os.path.getsize(os.path.join(folder, name)), 16 << 20, name)

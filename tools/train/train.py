@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -228,10 +229,22 @@ def evaluate_codec(args, codec, r, step):
 # ----------------------------------------------------------------------------------------------
 
 
+def codec_step(work):
+    path = os.path.join(work, "codec", "state", "state.json")
+    return load_json(path)["step"] if os.path.exists(path) else None
+
+
 def encode_corpus(args, config, recipe, deadline):
+    """The codes of every utterance, made by the codec at its saved step; made again when the
+    codec has trained further since (a raised codec.steps), never silently reused."""
     folder = os.path.join(args.work, "codes")
-    if os.path.exists(os.path.join(folder, "index.json")):
-        return True
+    index_path = os.path.join(folder, "index.json")
+    step = codec_step(args.work)
+    if os.path.exists(index_path):
+        made_at = load_json(index_path).get("codec_step")
+        if step is None or made_at == step:
+            return True
+        print(f"encode: the codes are from codec step {made_at}, the codec is at {step}: encoding again")
     codec = load_codec_weights(args.work, config, recipe, args.device)
     entries, codes = [], {}
     for split in ("train", "heldout"):
@@ -245,10 +258,13 @@ def encode_corpus(args, config, recipe, deadline):
                             "text": row["text"], "tokens": data.text_tokens(config, row["text"]),
                             "frames": int(c.shape[0])})
     tmp = folder + ".partial"
-    os.makedirs(tmp, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     files = state.save_tensors_split(tmp, "codes", codes)
     with open(os.path.join(tmp, "index.json"), "w") as f:
-        json.dump({"files": files, "utterances": entries}, f)
+        json.dump({"files": files, "codec_step": step, "utterances": entries}, f)
+    if os.path.exists(folder):
+        shutil.rmtree(folder)
     os.replace(tmp, folder)
     return True
 
@@ -456,6 +472,7 @@ def main(argv=None):
     p.add_argument("--recipe", default=os.path.join(HERE, "recipe.json"))
     p.add_argument("--set", action="append", help="recipe override KEY=JSON, e.g. codec.steps=20")
     p.add_argument("--minutes", type=float)
+    p.add_argument("--until", choices=STAGES, help="next: stop after this stage (even with time left)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--batches-codec", default="24,64,128", help="bench: codec batch sizes")
@@ -481,7 +498,7 @@ def main(argv=None):
         return 0
     if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
         evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
-                       recipe["codec"], "saved")
+                       recipe["codec"], codec_step(args.work))
         return 0
     for stage in stages:
         if args.stage == "next" and stage in ("codec", "model", "export") and (
@@ -504,14 +521,17 @@ def main(argv=None):
         else:
             out = args.output or os.path.join(args.work, "export")
             done = True if args.stage == "next" and os.path.exists(out) else export(args, config, recipe, out)
-        progress.add_seconds(stage, time.time() - t0)
+        # progress.json records GPU time; a stage run on the CPU (the encode, on the development
+        # machine) is recorded under "<stage>@cpu" so the two are never summed by mistake.
+        progress.add_seconds(stage if args.device.startswith("cuda") else f"{stage}@cpu", time.time() - t0)
         if done:
             progress.mark_done(stage)
-        progress.info["device"] = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
-        progress.info["torch"] = torch.__version__
+        if args.device.startswith("cuda"):
+            progress.info["device"] = torch.cuda.get_device_name()
+            progress.info["torch"] = torch.__version__
         progress.save()
         print(f"train: {stage} {'done' if done else 'paused'} after {time.time() - t0:.0f} s")
-        if not done or time.time() >= deadline:
+        if not done or time.time() >= deadline or stage == args.until:
             break
     print(f"train: progress {json.dumps(progress.info)}")
     return 0
