@@ -67,6 +67,7 @@ class Mimi:
         hop = int(np.prod(c.upsampling_ratios))
         encodec_rate = math.ceil(c.sampling_rate / hop)
         self.resample_kernel = 2 * int(encodec_rate / (c.sampling_rate / (2 * hop)))
+        self._table_cache = {}  # (positions, device) -> rotary tables and mask (_tables)
 
     # --- convolutions (HF MimiConv1d / MimiConvTranspose1d, causal) ---
     def conv1d(self, x, prefix, stride=1, dilation=1, groups=1, replicate=False):
@@ -126,20 +127,28 @@ class Mimi:
         return self.conv1d(x, f"decoder.layers.{i}")
 
     # --- transformer (HF MimiTransformerModel, no cache) ---
+    def _tables(self, t, device):
+        """Rotary tables and the sliding-window causal mask for t positions, built on the CPU
+        (the reference's bits) and kept per (t, device): tools/train/ captures its training step
+        as a CUDA graph, which cannot copy from the host inside the step."""
+        cache, key = self._table_cache, (t, str(device))
+        if key not in cache:
+            c = self.c
+            pos = torch.arange(t)
+            inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim))
+            freqs = pos.float()[:, None] * inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            i, j = pos[:, None], pos[None, :]
+            allowed = (j <= i) & (j > i - c.sliding_window)
+            mask = torch.zeros(t, t).masked_fill(~allowed, float("-inf"))
+            cache[key] = (emb.cos().to(device), emb.sin().to(device), mask.to(device))
+        return cache[key]
+
     def transformer(self, x, prefix):
         """x [batch, time, hidden] (tools/train/ runs batches through the same code)."""
         c = self.c
         b, t = x.shape[0], x.shape[1]
-        pos = torch.arange(t)
-        inv_freq = 1.0 / (c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.int64).float() / c.head_dim))
-        freqs = pos.float()[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos(), emb.sin()
-        i, j = pos[:, None], pos[None, :]
-        allowed = (j <= i) & (j > i - c.sliding_window)
-        mask = torch.zeros(t, t).masked_fill(~allowed, float("-inf"))
-        # Tables built on the CPU (the reference's bits), then moved to x's device (tools/train/).
-        cos, sin, mask = cos.to(x.device), sin.to(x.device), mask.to(x.device)
+        cos, sin, mask = self._tables(t, x.device)
 
         def rotate_half(v):
             half = v.shape[-1] // 2

@@ -49,14 +49,20 @@ class SpectralLoss:
     def __init__(self, sample_rate, sizes=(256, 512, 1024, 2048), n_mels=64):
         self.sizes = sizes
         self.mels = {n: _mel_filters(sample_rate, n, n_mels) for n in sizes}
+        self._on = {}  # (n, device) -> (window, filters): no host copies inside a step
+
+    def _tables(self, n, device):
+        key = (n, str(device))
+        if key not in self._on:
+            self._on[key] = (torch.hann_window(n, device=device), self.mels[n].to(device))
+        return self._on[key]
 
     def __call__(self, y_hat, y):
         mel_loss = stft_loss = 0.0
         for n in self.sizes:
-            window = torch.hann_window(n, device=y.device)
+            window, fb = self._tables(n, y.device)
             spec = lambda s: torch.stft(s, n, n // 4, window=window, return_complex=True).abs()  # noqa: E731
             a, b = spec(y_hat), spec(y)
-            fb = self.mels[n].to(y.device)
             mel_loss = mel_loss + F.l1_loss(torch.log(fb @ a + 1e-5), torch.log(fb @ b + 1e-5))
             stft_loss = stft_loss + F.l1_loss(torch.log(a + 1e-5), torch.log(b + 1e-5))
         return mel_loss / len(self.sizes), stft_loss / len(self.sizes)
@@ -69,6 +75,7 @@ class StftDiscriminator(torch.nn.Module):
     def __init__(self, channels=32, sizes=(512, 1024, 2048)):
         super().__init__()
         self.sizes = sizes
+        self._windows = {}
         self.nets = torch.nn.ModuleList()
         for _ in sizes:
             self.nets.append(torch.nn.ModuleList([
@@ -81,7 +88,10 @@ class StftDiscriminator(torch.nn.Module):
     def forward(self, y):
         outs = []
         for n, net in zip(self.sizes, self.nets):
-            window = torch.hann_window(n, device=y.device)
+            key = (n, str(y.device))
+            if key not in self._windows:
+                self._windows[key] = torch.hann_window(n, device=y.device)
+            window = self._windows[key]
             s = torch.stft(y, n, n // 4, window=window, return_complex=True)
             x = torch.stack([s.real, s.imag], dim=1).transpose(2, 3)  # [B, 2, frames, bins]
             features = []
@@ -109,6 +119,9 @@ class Codec:
                        if ".codebook." not in n}
         self.model = mimi.Mimi(None, self.c, {**self.params, **self.buffers})
         self.generator = torch.Generator(device=device).manual_seed(seed + 1)
+        # The restarts' random picks: this generator, or None (the device's default generator)
+        # when the step is captured as a CUDA graph (the default one is graph-safe).
+        self.rng = self.generator
         self.device = device
         self._initialized = set()  # codebooks known to be initialised (read once, not per step)
 
@@ -167,31 +180,40 @@ class Codec:
 
     def _update(self, prefix, i, x, idx):
         """EMA update of one codebook from residuals x [N, D] assigned to idx, then restarts of
-        the codes used less than dead_ratio x the mean usage. No host synchronisation: every code
-        draws a candidate residual and the dead ones take it (torch.where). Returns the number
-        restarted as a device tensor."""
+        the codes used less than dead_ratio x the mean usage. No host synchronisation (the step
+        can be captured as a CUDA graph): counts by scatter_add, and every code draws a candidate
+        residual that the dead ones take (torch.where). Returns (codes restarted, codes used in
+        this batch) as device tensors."""
         p = f"{prefix}.layers.{i}.codebook."
         usage, embed_sum = self.buffers[p + "cluster_usage"], self.buffers[p + "embed_sum"]
-        counts = torch.bincount(idx, minlength=usage.shape[0]).float()
+        counts = torch.zeros_like(usage).scatter_add_(0, idx, torch.ones_like(idx, dtype=usage.dtype))
         sums = torch.zeros_like(embed_sum).index_add_(0, idx, x)
         usage.mul_(self.decay).add_(counts, alpha=1 - self.decay)
         embed_sum.mul_(self.decay).add_(sums, alpha=1 - self.decay)
         floor = self.dead_ratio * usage.mean()
         dead = usage < floor
-        pick = torch.randint(0, x.shape[0], (usage.shape[0],), generator=self.generator, device=x.device)
+        pick = torch.randint(0, x.shape[0], (usage.shape[0],), generator=self.rng, device=x.device)
         embed_sum.copy_(torch.where(dead[:, None], x[pick] * floor, embed_sum))
         usage.copy_(torch.where(dead, floor, usage))
-        return dead.sum()
+        return dead.sum(), (counts > 0).sum()
 
-    def quantize(self, e, n_q, train, want_stats=False):
-        """e [B, hidden, F] -> (quantized embedding [B, hidden, F], codes [B, F, n_q],
-        commitment loss, stats). The stats (restarts, fewest codes used) need host reads, so they
-        are computed only when asked (the logged steps)."""
+    def keep_mask(self, n_q):
+        """[num_quantizers] float: 1 for the first n_q codebooks (quantizer dropout), 0 after."""
+        return (torch.arange(self.c.num_quantizers, device=self.device) < n_q).float()
+
+    def quantize(self, e, keep, train):
+        """e [B, hidden, F] -> (quantized embedding [B, hidden, F], codes [B, F, K], commitment
+        loss, stats). keep: n_q, or keep_mask(n_q) as a device tensor (the CUDA graph's input).
+        Every codebook quantizes its residual and, in training, updates; the embedding sums only
+        the kept ones, and a part (semantic, acoustic) with none kept passes no gradient and no
+        commitment loss, as if it were not run. Stats are device tensors: restarts, and the
+        fewest codes any kept codebook used."""
         m = self.model
+        if not torch.is_tensor(keep):
+            keep = self.keep_mask(keep)
         b, _, frames = e.shape
         out, codes, commit, dead, used = 0.0, [], 0.0, 0, []
         for prefix, first, count in m.rvq_parts(self.c.num_quantizers):
-            count = max(0, min(count, n_q - first))
             if count <= 0:
                 continue
             z = m.project(e, prefix + ".input_proj.weight")  # [B, D, F]
@@ -204,22 +226,23 @@ class Codec:
                 idx = torch.cdist(residual, embed).argmin(dim=1)
                 q = embed[idx]
                 if train:
-                    dead = dead + self._update(prefix, i, residual, idx)
-                if want_stats:
-                    used.append(idx.unique().numel())
+                    n_dead, n_used = self._update(prefix, i, residual, idx)
+                    dead = dead + n_dead
+                    used.append(torch.where(keep[first + i] > 0, n_used, self.c.codebook_size))
                 codes.append(idx.view(b, frames))
-                total = total + q
+                total = total + q * keep[first + i]
                 residual = residual - q
-            commit = commit + F.mse_loss(flat, total.detach())
-            zq = flat + (total - flat).detach()  # straight-through to the encoder
+            on = keep[first]  # the part is run when its first codebook is kept
+            commit = commit + on * F.mse_loss(flat, total.detach())
+            zq = total.detach() + (flat - flat.detach()) * on  # straight-through to the encoder
             part = m.project(zq.view(b, frames, -1).transpose(1, 2), prefix + ".output_proj.weight")
             out = part if isinstance(out, float) else out + part
-        stats = {"dead_restarts": int(dead), "codes_used_min": min(used) if used else 0} if want_stats else {}
+        stats = {"dead_restarts": dead, "codes_used_min": torch.stack(used).min()} if used else {}
         return out, torch.stack(codes, dim=-1), commit * self.commitment, stats
 
-    def forward(self, pcm, n_q, train=True, want_stats=False):
+    def forward(self, pcm, keep, train=True):
         e = self.encode_latent(pcm)
-        emb, codes, commit, stats = self.quantize(e, n_q, train, want_stats)
+        emb, codes, commit, stats = self.quantize(e, keep, train)
         y = self.decode_latent(emb)
         return y[:, : pcm.shape[1]], codes, commit, stats
 

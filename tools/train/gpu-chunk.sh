@@ -14,12 +14,11 @@
 # $OUT/work.tar.NN (pieces of 16 MiB: the device tool returns at most 8 files, 2 folders deep),
 # plus progress.json, train.log and nvidia-smi's line (device.txt). Here, afterwards:
 #   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
-# Between the stages, once the codec has its recipe's steps, the codes are made here (CPU):
-#   python3 tools/train/train.py encode --work train-carry/resume --corpus CORPUS --device cpu
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
 #   ["train-carry/resume/model", "train-carry/resume/codes", "train-carry/resume/progress.json"]
-# A chunk trains one stage and returns only that stage's folder (codec/ or model/).
-# DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training.
+# A chunk returns only the folders it changed: codec/, or codes/ + model/, or model/.
+# DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
+# DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
 # DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
 set -euo pipefail
@@ -51,29 +50,32 @@ else:
     print(f"gpu-chunk: state of this machine ({max(spent(work), 0):.0f} s of training)")
 PY
 mkdir -p "$work"
-# What this chunk trains: the codec until its recipe's steps, then (the codes made on the
-# development machine from the final codec, `train.py encode`, and carried in) the model.
+# What this chunk does: the codec until its recipe's steps (returns codec/); then the codes from
+# the final codec and the model (returns codes/ and model/, 10 + 44.5 MB); then the model.
 phase=$("$py" - "$work" tools/train/recipe.json <<'PY'
 import json, os, sys
 work, recipe = sys.argv[1:]
 steps = json.load(open(recipe))["codec"]["steps"]
 codec = os.path.join(work, "codec", "state", "state.json")
 codes = os.path.join(work, "codes", "index.json")
-if os.path.exists(codec) and json.load(open(codec))["step"] < steps or not os.path.exists(codes):
-    print("codec" if os.path.exists(codec) or not os.path.exists(os.path.join(work, "progress.json")) else "stale")
+fresh_codes = os.path.exists(codes) and json.load(open(codes)).get("codec_step") == steps
+if fresh_codes:
+    print("model")
+elif not os.path.exists(codec):
+    print("codec" if not os.path.exists(os.path.join(work, "progress.json")) else "stale")
 else:
-    print("model" if json.load(open(codes)).get("codec_step") == steps else "stale")
+    print("codec" if json.load(open(codec))["step"] < steps else "encode")
 PY
 )
 if [ "$phase" = stale ]; then
-  echo "gpu-chunk: the codes are missing or not from the final codec: run train.py encode on the development machine and carry them (docs/training.md)" >&2
+  echo "gpu-chunk: no codec state and no codes from the final codec: carry train-carry/resume whole (docs/training.md)" >&2
   exit 1
 fi
 echo "gpu-chunk: $phase stage"
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true) > "$out/device.txt" 2>&1
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
 
-if [ "$phase" = codec ] && [ ! -f "$corpus/corpus.json" ]; then  # the codec reads the audio
+if [ "$phase" != model ] && [ ! -f "$corpus/corpus.json" ]; then  # codec and encode read audio
   if [ ! -d "$root/usr" ]; then
     tools/corpus/unpack-debs.sh "$carry/debs" "$root"
   fi
@@ -100,12 +102,12 @@ x = torch.ones(4, device="cuda" if torch.cuda.is_available() else "cpu").sum().i
 ids = text_frontend.text_tokens("The cat sat on the mat.", "espeak-ipa", "en-us")
 print(f"gpu-chunk: preflight ok (torch {torch.__version__}, {len(ids)} espeak-ipa tokens)")
 PY
-if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size instead of a chunk (recipe choice)
+if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size (and eager vs CUDA graph)
   # shellcheck disable=SC2086
   "$py" tools/train/train.py bench --work "$work" --corpus "$corpus" --config "$config" \
-    --device "$device" --json "$out/bench.json" ${DRAMA_TRAIN_BENCH_ARGS:-} | tee "$out/train.log"
-  echo "gpu-chunk: $(( $(date +%s) - start )) s" | tee -a "$out/train.log"
-  exit 0
+    --device "$device" --json "$out/bench.json" ${DRAMA_TRAIN_BENCH_ARGS:-} | tee "$out/bench.log"
+  echo "gpu-chunk: bench done at $(( $(date +%s) - start )) s" | tee -a "$out/bench.log"
+  if [ "$DRAMA_TRAIN_BENCH" != first ]; then exit 0; fi  # =first: then the chunk as usual
 fi
 left=$(( minutes * 60 - ($(date +%s) - start) ))
 until_args=()
@@ -114,12 +116,18 @@ if [ "$phase" = codec ]; then until_args=(--until codec); fi
 "$py" tools/train/train.py next "${until_args[@]}" --work "$work" --corpus "$corpus" --config "$config" \
   --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
-# What travels back: the folder of the stage this chunk trained (codec/ or model/), without
-# optimizer moments, and progress.json, as a tar in 16 MiB pieces (the device tool returns at
-# most 8 files of 16 MiB, 64 MiB in all; codec 19 MB, model 44.5 MB). The codes came from the
-# development machine and do not travel back. (A chunk that returned codec, codes and model
-# together, 72 MB, lost a piece on 2026-12-01: docs/training.md.)
-(cd "$work" && find "./$phase" ./progress.json -type f ! -name 'moments-*' ! -path './codec/eval/*' \
+# What travels back: the folders this chunk changed (codec/; or codes/ and model/; or model/),
+# without optimizer moments, and progress.json, as a tar in 16 MiB pieces (the device tool
+# returns at most 8 files of 16 MiB, 64 MiB in all; codec 19 MB, codes 10 MB, model 44.5 MB).
+# (A chunk that returned codec, codes and model together, 72 MB, lost a piece on 2026-12-01.)
+case "$phase" in
+  codec) back=(./codec) ;;
+  encode) back=(./codes ./model) ;;
+  *) back=(./model) ;;
+esac
+existing=()
+for f in "${back[@]}"; do if [ -e "$work/$f" ]; then existing+=("$f"); fi; done
+(cd "$work" && find "${existing[@]}" ./progress.json -type f ! -name 'moments-*' ! -path './codec/eval/*' \
   | LC_ALL=C sort | tar -cf - -T -) | split -b 16M -d - "$out/work.tar."
 cp "$work/progress.json" "$out/progress.json"
 du -ch "$out"/work.tar.* | tail -1 | tee -a "$out/train.log"

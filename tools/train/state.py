@@ -109,9 +109,11 @@ def optimizer_tensors(optimizer, names_of, moments_dtype=torch.bfloat16):
 
 
 def restore_optimizer(optimizer, names_of, tensors, step):
+    # A capturable optimizer (a CUDA graph's) keeps its step count on the parameter's device.
+    on_device = optimizer.defaults.get("capturable", False)
     for p, name in names_of.items():
         if "adam.m." + name in tensors:
             optimizer.state[p] = {
-                "step": torch.tensor(float(step)),
+                "step": torch.tensor(float(step), device=p.device if on_device else "cpu"),
                 "exp_avg": tensors["adam.m." + name].to(p.device, torch.float32),
                 "exp_avg_sq": tensors["adam.v." + name].to(p.device, torch.float32)}

@@ -139,6 +139,96 @@ class Parity(unittest.TestCase):
             self.assertTrue(torch.equal(mine[~near_tie], theirs.long()[~near_tie]))
 
 
+class Encode(unittest.TestCase):
+    def test_batched_encode_equals_one_at_a_time(self):
+        """train.py's encode pads utterances to whole frames and batches them: each one's codes
+        are those it gets alone, padded to whole frames (the codec is causal; no layer pads
+        differently)."""
+        config = tiny_config()
+        c = codec_lib.Codec(config["codec"], 6)
+        g = torch.Generator().manual_seed(5)
+        c.forward(torch.randn(2, 9600, generator=g) * 0.1, 8)  # initialise the codebooks
+        hop = round(config["audio"]["sample_rate"] / config["audio"]["frame_rate"])
+        lengths = [hop * 3, hop * 5 - 7, hop * 2 + 100]
+        waves = [torch.randn(n, generator=g) * 0.1 for n in lengths]
+        frames = [-(-n // hop) for n in lengths]
+        x = torch.zeros(len(waves), max(frames) * hop)
+        for j, w in enumerate(waves):
+            x[j, :len(w)] = w
+        batched = c.encode(x)
+        for j, w in enumerate(waves):
+            alone = c.encode(torch.nn.functional.pad(w, (0, frames[j] * hop - len(w)))[None])[0]
+            self.assertEqual(alone.shape[0], frames[j])
+            self.assertTrue(torch.equal(batched[j, :frames[j]], alone), j)
+
+
+class GraphSafety(unittest.TestCase):
+    def test_codec_step_reads_nothing_from_the_host(self):
+        """The codec step is captured as a CUDA graph on the GPU (tools/train/cuda_graph.py):
+        after its first call (k-means initialisation) it must not read a tensor's value on the
+        host. Checked here by making every such read raise. (The optimizer is a stand-in: on the
+        GPU it is AdamW(capturable=True), which CPU torch cannot run; its own reads are torch's.)"""
+        config = tiny_config()
+        recipe = train.load_json(os.path.join(HERE, "recipe.json"))
+        r = dict(recipe["codec"], disc_channels=4, disc_batch=1)
+        c = codec_lib.Codec(config["codec"], 4)
+        disc = codec_lib.StftDiscriminator(4)
+
+        class Sgd:  # p -= 1e-4 grad, without host reads
+            def __init__(self, params):
+                self.params = list(params)
+
+            def zero_grad(self, set_to_none=True):
+                for p in self.params:
+                    p.grad = None
+
+            @torch.no_grad()
+            def step(self):
+                for p in self.params:
+                    if p.grad is not None:
+                        p.sub_(1e-4 * p.grad)
+        opt, opt_d = Sgd(c.params.values()), Sgd(disc.parameters())
+        fn = train.codec_step_fn(c, disc, opt, opt_d, codec_lib.SpectralLoss(24000), r)
+        g = torch.Generator().manual_seed(3)
+        x = lambda: torch.randn(2, 9600, generator=g) * 0.1  # noqa: E731
+        fn(False, {"x": x(), "keep": c.keep_mask(8)})  # initialises the codebooks
+        fn(True, {"x": x(), "keep": c.keep_mask(8)})  # optimizer state of the discriminator
+
+        def refuse(*_args, **_kwargs):
+            raise AssertionError("a host read inside the step")
+        names = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__")
+        saved = {n: getattr(torch.Tensor, n) for n in names}
+        try:
+            for n in names:
+                setattr(torch.Tensor, n, refuse)
+            for adv, n_q in ((False, 3), (True, 1), (True, 8)):
+                out = fn(adv, {"x": x(), "keep": c.keep_mask(n_q)})
+        finally:
+            for n, f in saved.items():
+                setattr(torch.Tensor, n, f)
+        self.assertTrue(all(bool(torch.isfinite(v)) for v in out.values()))
+
+    def test_kept_codebooks_alone_make_the_embedding(self):
+        """Quantizer dropout by mask: with n_q kept, the embedding is the first n_q codes' sum
+        through the output projections, as decode() makes it from those codes."""
+        config = tiny_config()
+        c = codec_lib.Codec(config["codec"], 5)
+        g = torch.Generator().manual_seed(4)
+        pcm = torch.randn(1, 9600, generator=g) * 0.1
+        c.forward(pcm, 8)  # initialise
+        with torch.no_grad():
+            e = c.encode_latent(pcm)
+            for n_q in (1, 2, 5):
+                emb, codes, _, _ = c.quantize(e, n_q, False)
+                expected = 0.0
+                for prefix, first, count in c.model.rvq_parts(n_q):
+                    if count <= 0:
+                        continue
+                    q = sum(c._codebook(prefix, i)[codes[..., first + i]] for i in range(count))
+                    expected = expected + c.model.project(q.transpose(1, 2), prefix + ".output_proj.weight")
+                self.assertLess(relative_l2(emb, expected), 1e-6, n_q)
+
+
 class Pipeline(unittest.TestCase):
     def test_stages_run_resume_and_export_loads_in_drama(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 
 import codec as codec_lib  # noqa: E402
+import cuda_graph  # noqa: E402
 import data  # noqa: E402
 import model as model_lib  # noqa: E402
 import safetensors_io  # noqa: E402
@@ -120,8 +121,10 @@ def train_codec(args, config, recipe, deadline):
     os.makedirs(folder, exist_ok=True)
     codec = make_codec(config, recipe, device)
     disc = codec_lib.StftDiscriminator(r.get("disc_channels", 32)).to(device)
-    opt = torch.optim.AdamW(codec.params.values(), lr=r["lr"], betas=tuple(r["betas"]))
-    opt_d = torch.optim.AdamW(disc.parameters(), lr=r["lr"], betas=tuple(r["betas"]))
+    graphed = device.startswith("cuda") and r.get("cuda_graph", False)
+    # capturable: the optimizers keep their step counts on the device (a CUDA graph needs that).
+    opt = torch.optim.AdamW(codec.params.values(), lr=r["lr"], betas=tuple(r["betas"]), capturable=graphed)
+    opt_d = torch.optim.AdamW(disc.parameters(), lr=r["lr"], betas=tuple(r["betas"]), capturable=graphed)
     names = {p: n for n, p in codec.params.items()}
     dnames = {p: n for n, p in disc.named_parameters()}
     tensors, info = state.load(os.path.join(folder, "state"))
@@ -139,50 +142,80 @@ def train_codec(args, config, recipe, deadline):
     waves = data.load_audio(args.corpus, rows)
     spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
     k = config["codec"]["num_quantizers"]
+    step_fn = codec_step_fn(codec, disc, opt, opt_d, spectral, r)
+    runner = None
+    if graphed:
+        codec.rng = None  # the device's default generator: graph-safe
+        runner = cuda_graph.GraphedStep(step_fn, (opt, opt_d))
+    rewarm = r.get("rewarm", 200)
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
         rng = random.Random(recipe["seed"] * 1_000_003 + step)
-        x = data.CropSampler(waves, r["seconds"], rng.random()).batch(r["batch"]).to(device)
+        x = data.CropSampler(waves, r["seconds"], rng.random()).batch(r["batch"])
         n_q = k if rng.random() >= r["quantizer_dropout"] else rng.randint(1, k)
-        if rewarm_from:  # resumed without optimizer moments: warm the learning rate up again
+        warming = bool(rewarm_from) and step - rewarm_from < rewarm
+        if warming:  # resumed without optimizer moments: warm the learning rate up again
             for o in (opt, opt_d):
                 for g in o.param_groups:
-                    g["lr"] = r["lr"] * min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
-        logging = (step + 1) % r["log_every"] == 0 or step == 0
-        y, _, commit, stats = codec.forward(x, n_q, want_stats=logging)
+                    g["lr"] = r["lr"] * min(1.0, (step - rewarm_from + 1) / rewarm)
+        elif rewarm_from:
+            for o in (opt, opt_d):
+                for g in o.param_groups:
+                    g["lr"] = r["lr"]
+        adv, keep = step >= r["adv_start"], codec.keep_mask(n_q)
+        if runner is not None and not warming:  # the warm-up's changing rate stays eager
+            out = runner(adv, {"x": x.pin_memory(), "keep": keep})
+        else:
+            out = step_fn(adv, {"x": x.to(device), "keep": keep})
+        step += 1
+        if step % r["log_every"] == 0 or step == 1:
+            append_losses(os.path.join(folder, "losses.tsv"), {
+                "step": step, **{n: float(out[n]) for n in ("mel", "stft", "commit", "adv", "fm", "disc")},
+                "n_q": n_q, "dead_restarts": int(out["dead_restarts"]),
+                "codes_used_min": int(out["codes_used_min"]), "seconds": round(time.time() - start, 1)})
+        if r.get("eval_every") and step % r["eval_every"] == 0:
+            evaluate_codec(args, codec, r, step)
+    save_codec(folder, codec, disc, opt, opt_d, names, dnames, step)
+    return step >= r["steps"]
+
+
+def codec_step_fn(codec, disc, opt, opt_d, spectral, r):
+    """One codec training step as fn(adv, {"x": crops on the device, "keep": keep_mask}) ->
+    {name: device tensor}: codec forward, spectral + commitment losses, and from adv_start the
+    discriminator's step and the adversarial + feature-matching losses; then the codec's step.
+    No host reads (cuda_graph.GraphedStep captures it)."""
+
+    def fn(adv, inputs):
+        x, keep = inputs["x"], inputs["keep"]
+        y, _, commit, stats = codec.forward(x, keep)
         mel, stft = spectral(y, x)
         loss = mel + stft + commit
-        adv = fm = loss_d = torch.tensor(0.0)
-        if step >= r["adv_start"]:
+        zero = torch.zeros((), device=x.device)
+        adv_loss = fm = loss_d = zero
+        if adv:
             # The discriminator sees the first disc_batch crops: on the H200 it takes a batch of
             # 24 from 21 to 7.9 steps/s and scales worse than the codec (train.py bench).
             db = r.get("disc_batch", x.shape[0])
             real, fake = disc(x[:db]), disc(y[:db].detach())
             loss_d = sum(torch.relu(1 - a[0]).mean() + torch.relu(1 + b[0]).mean()
                          for a, b in zip(real, fake)) / len(real)
-            opt_d.zero_grad()
+            opt_d.zero_grad(set_to_none=True)
             loss_d.backward()
             opt_d.step()
             fake = disc(y[:db])
-            adv = sum(torch.relu(1 - b[0]).mean() for b in fake) / len(fake)
+            adv_loss = sum(torch.relu(1 - b[0]).mean() for b in fake) / len(fake)
             fm = sum(torch.nn.functional.l1_loss(fb, ra.detach()) / (ra.detach().abs().mean() + 1e-5)
                      for a, b in zip(real, fake) for ra, fb in zip(a[1], b[1])) / (len(real) * len(real[0][1]))
-            loss = loss + r["adv_weight"] * adv + r["fm_weight"] * fm
-        opt.zero_grad()
+            loss = loss + r["adv_weight"] * adv_loss + r["fm_weight"] * fm
+        opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(codec.params.values(), 1.0)
         opt.step()
-        step += 1
-        if logging:
-            append_losses(os.path.join(folder, "losses.tsv"), {
-                "step": step, "mel": float(mel), "stft": float(stft), "commit": float(commit),
-                "adv": float(adv), "fm": float(fm), "disc": float(loss_d), "n_q": n_q,
-                "dead_restarts": stats["dead_restarts"], "codes_used_min": stats["codes_used_min"],
-                "seconds": round(time.time() - start, 1)})
-        if r.get("eval_every") and step % r["eval_every"] == 0:
-            evaluate_codec(args, codec, r, step)
-    save_codec(folder, codec, disc, opt, opt_d, names, dnames, step)
-    return step >= r["steps"]
+        return {"mel": mel.detach(), "stft": stft.detach(), "commit": commit.detach(),
+                "adv": adv_loss.detach(), "fm": fm.detach(), "disc": loss_d.detach(),
+                "dead_restarts": stats["dead_restarts"], "codes_used_min": stats["codes_used_min"]}
+
+    return fn
 
 
 def save_codec(folder, codec, disc, opt, opt_d, names, dnames, step):
@@ -246,17 +279,30 @@ def encode_corpus(args, config, recipe, deadline):
             return True
         print(f"encode: the codes are from codec step {made_at}, the codec is at {step}: encoding again")
     codec = load_codec_weights(args.work, config, recipe, args.device)
+    hop = round(config["audio"]["sample_rate"] / config["audio"]["frame_rate"])  # samples a frame
     entries, codes = [], {}
     for split in ("train", "heldout"):
         rows = data.read_corpus(args.corpus, split)
-        for row, wave in zip(rows, data.load_audio(args.corpus, rows)):
-            x = torch.from_numpy(wave.astype("float32") / 32768.0)[None].to(args.device)
-            c = codec.encode(x)[0].to(torch.int16).cpu()
+        waves = data.load_audio(args.corpus, rows)
+        # Batches of similar lengths, each utterance zero-padded to whole frames and then to
+        # its batch's longest: the codec is causal and every strided layer then sees a length
+        # it divides (no extra padding), so an utterance's frames do not depend on its batch
+        # (test_train checks batched against one at a time). 199 s one at a time on the H200.
+        order = sorted(range(len(rows)), key=lambda i: len(waves[i]))
+        for b0 in range(0, len(order), 64):
+            ids = order[b0:b0 + 64]
+            frames = [-(-len(waves[i]) // hop) for i in ids]
+            x = torch.zeros(len(ids), max(frames) * hop)
+            for j, i in enumerate(ids):
+                x[j, :len(waves[i])] = torch.from_numpy(waves[i].astype("float32") / 32768.0)
+            c = codec.encode(x.to(args.device)).to(torch.int16).cpu()
+            for j, i in enumerate(ids):
+                codes[f"{rows[i]['speaker']}.{rows[i]['sentence']}"] = c[j, :frames[j]].clone()
+        for row in rows:
             key = f"{row['speaker']}.{row['sentence']}"
-            codes[key] = c
             entries.append({"key": key, "speaker": row["speaker"], "split": split,
                             "text": row["text"], "tokens": data.text_tokens(config, row["text"]),
-                            "frames": int(c.shape[0])})
+                            "frames": int(codes[key].shape[0])})
     tmp = folder + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -400,33 +446,34 @@ def bench_steps(args, config, recipe):
         sync()
         return count / (time.time() - t0)
 
+    variants = (False, True) if device.startswith("cuda") else (False,)
     for batch in [int(b) for b in args.batches_codec.split(",")]:
         for adv in (False, True):
-            codec = make_codec(config, recipe, device)
-            disc = codec_lib.StftDiscriminator(rc.get("disc_channels", 32)).to(device)
-            opt = torch.optim.AdamW(codec.params.values(), lr=1e-4)
-            opt_d = torch.optim.AdamW(disc.parameters(), lr=1e-4)
-            rng = random.Random(1)
+            for graphed in variants:  # eager and CUDA graph side by side, one run
+                codec = make_codec(config, recipe, device)
+                disc = codec_lib.StftDiscriminator(rc.get("disc_channels", 32)).to(device)
+                opt = torch.optim.AdamW(codec.params.values(), lr=1e-4, capturable=graphed)
+                opt_d = torch.optim.AdamW(disc.parameters(), lr=1e-4, capturable=graphed)
+                fn = codec_step_fn(codec, disc, opt, opt_d, spectral, dict(rc, disc_batch=min(batch, rc.get("disc_batch", batch))))
+                runner = None
+                if graphed:
+                    codec.rng = None
+                    runner = cuda_graph.GraphedStep(fn, (opt, opt_d))
+                rng = random.Random(1)
 
-            def step():
-                x = data.CropSampler(waves, rc["seconds"], rng.random()).batch(batch).to(device)
-                y, _, commit, _ = codec.forward(x, 8)
-                mel, stft = spectral(y, x)
-                loss = mel + stft + commit
-                if adv:
-                    real, fake = disc(x), disc(y.detach())
-                    loss_d = sum(torch.relu(1 - a[0]).mean() + torch.relu(1 + b[0]).mean() for a, b in zip(real, fake))
-                    opt_d.zero_grad()
-                    loss_d.backward()
-                    opt_d.step()
-                    loss = loss + sum(torch.relu(1 - b[0]).mean() for b in disc(y))
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            rate = timed(step)
-            result["codec"].append({"batch": batch, "discriminator": adv, "steps_per_s": round(rate, 2),
-                                    "audio_s_per_s": round(rate * batch * rc["seconds"], 1)})
-            print("bench codec", result["codec"][-1], flush=True)
+                def step():
+                    x = data.CropSampler(waves, rc["seconds"], rng.random()).batch(batch)
+                    keep = codec.keep_mask(rng.randint(1, 8))
+                    if runner is not None:
+                        runner(adv, {"x": x.pin_memory(), "keep": keep})
+                    else:
+                        fn(adv, {"x": x.to(device), "keep": keep})
+                rate = timed(step)
+                result["codec"].append({"batch": batch, "discriminator": adv, "cuda_graph": graphed,
+                                        "graph_failed": runner.failed if runner else None,
+                                        "steps_per_s": round(rate, 2),
+                                        "audio_s_per_s": round(rate * batch * rc["seconds"], 1)})
+                print("bench codec", result["codec"][-1], flush=True)
     g = random.Random(2)
     k, cs = config["audio"]["num_codebooks"], config["audio"]["codebook_size"]
     utterances = []
