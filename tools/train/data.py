@@ -89,9 +89,12 @@ class PairSampler:
         return out
 
 
-def collate(config, examples, device):
+def collate(config, examples, device, pad_to=None):
     """Padded batch for model.Drama3Train.forward (spec section 6 layout). An example's codes
-    may be a list of frames or an int tensor [frames, K]."""
+    may be a list of frames or an int tensor [frames, K]. pad_to=(positions, predicting rows)
+    gives every batch the same shapes (a CUDA graph's inputs): sequences padded at the end (the
+    mask is causal, so padding changes no real position), predicting rows padded with targets
+    -100 (ignored by the losses)."""
     text, k = config["text"], config["audio"]["num_codebooks"]
     eos_code = config["audio"].get("eos_code", config["audio"]["codebook_size"])
     eos_row = torch.tensor([[eos_code] + [0] * (k - 1)], dtype=torch.int64)
@@ -124,6 +127,16 @@ def collate(config, examples, device):
         targets.append(torch.cat([frames, eos_row]))
         seqs.append((torch.cat(tokens), torch.cat(codes), torch.cat(is_audio)))
     length = max(s_[0].shape[0] for s_ in seqs)
+    target = torch.cat(targets)
+    pb, pp = torch.cat(pred_b), torch.cat(pred_p)
+    if pad_to is not None:
+        if length > pad_to[0] or target.shape[0] > pad_to[1]:
+            raise ValueError(f"batch of {length} positions and {target.shape[0]} predicting rows "
+                             f"exceeds pad_to {pad_to}")
+        length, extra = pad_to[0], pad_to[1] - target.shape[0]
+        target = torch.cat([target, torch.full((extra, k), -100, dtype=torch.int64)])
+        pb = torch.cat([pb, torch.zeros(extra, dtype=torch.int64)])
+        pp = torch.cat([pp, torch.zeros(extra, dtype=torch.int64)])
     bsz = len(seqs)
     tok = torch.zeros(bsz, length, dtype=torch.int64)
     cod = torch.zeros(bsz, length, k, dtype=torch.int64)
@@ -132,7 +145,6 @@ def collate(config, examples, device):
         tok[b, :t.shape[0]] = t
         cod[b, :t.shape[0]] = c
         aud[b, :t.shape[0]] = a
-    target = torch.cat(targets)
     return {"tokens": tok.to(device), "codes": cod.to(device), "is_audio": aud.to(device),
-            "pred_batch": torch.cat(pred_b).to(device), "pred_pos": torch.cat(pred_p).to(device),
-            "target_c0": target[:, 0].to(device), "target_codes": target.to(device)}
+            "pred_batch": pb.to(device), "pred_pos": pp.to(device),
+            "target_c0": target[:, 0].contiguous().to(device), "target_codes": target.to(device)}

@@ -98,7 +98,8 @@ class Drama3Train:
         if self.moe.get("shared_expert_intermediate_size", 0) > 0:
             gate = torch.sigmoid(h @ self.w(prefix + ".shared_expert_gate.weight").T)
             out = out + gate * self.mlp(h, prefix + ".shared_expert")
-        fraction = F.one_hot(chosen, n).float().sum(dim=1).mean(dim=0) / k
+        # (scatter, not F.one_hot, which checks its input's range on the host)
+        fraction = torch.zeros_like(combine).scatter_(1, chosen, 1.0).mean(dim=0) / k
         balance = n * (fraction * probs.mean(dim=0)).sum()
         return out.view(shape), balance
 
@@ -137,21 +138,24 @@ class Drama3Train:
         h = rms_norm(h, self.w("backbone.norm.weight"), self.b["rms_norm_eps"])
         sel = h[batch["pred_batch"], batch["pred_pos"]]  # [N, H] states predicting frames
         logits0 = sel @ self.w("codebook0_head.weight").T
-        loss0 = F.cross_entropy(logits0, batch["target_c0"])
-        # Tower: frames that are not eos; positions [P(h), P(E0(c0)), ..., P(E_{K-2}(c_{K-2}))].
-        real = batch["target_c0"] != self.eos_code
-        hs, fc = sel[real], batch["target_codes"][real]  # [M, H], [M, K]
-        rows = fc[:, :-1] + torch.arange(self.k - 1, device=fc.device) * (self.cs + 1)
-        tin = torch.cat([hs[:, None], self.w("audio_embed.weight")[rows]], dim=1)
+        loss0 = F.cross_entropy(logits0, batch["target_c0"], ignore_index=-100)  # -100: padding
+        # Tower: frames that are not eos (nor padding rows of a fixed-shape batch); positions
+        # [P(h), P(E0(c0)), ..., P(E_{K-2}(c_{K-2}))]. It runs on every predicting row and the
+        # other rows' targets are ignored: no data-dependent shapes (the step is a CUDA graph).
+        fc = batch["target_codes"]  # [N, K]
+        real = (batch["target_c0"] != self.eos_code) & (batch["target_c0"] >= 0)
+        rows = fc[:, :-1].clamp(min=0) + torch.arange(self.k - 1, device=fc.device) * (self.cs + 1)
+        tin = torch.cat([sel[:, None], self.w("audio_embed.weight")[rows]], dim=1)
         tin = tin @ self.w("tower.input_proj.weight").T
         tmask = torch.full((self.k, self.k), float("-inf"), device=x.device).triu(1)
         out, _ = self.stack(tin, "tower", self.t, self.t["num_layers"], tmask)
         out = rms_norm(out, self.w("tower.norm.weight"), self.t["rms_norm_eps"])
         heads = self.w("tower.heads.weight")  # [K-1, cs, Ht]
         logits_t = torch.einsum("mkh,kch->mkc", out[:, 1:], heads)
-        loss_t = F.cross_entropy(logits_t.reshape(-1, self.cs), fc[:, 1:].reshape(-1))
+        targets_t = torch.where(real[:, None], fc[:, 1:], torch.full_like(fc[:, 1:], -100))
+        loss_t = F.cross_entropy(logits_t.reshape(-1, self.cs), targets_t.reshape(-1), ignore_index=-100)
         return {"codebook0": loss0, "tower": loss_t, "balance": balance,
-                "logits0": logits0, "logits_tower": logits_t}
+                "logits0": logits0, "logits_tower": logits_t, "tower_rows": real}
 
 
 def rope_batched(x, positions, theta):

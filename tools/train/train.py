@@ -325,13 +325,37 @@ def load_codes(work):
     return out
 
 
+def model_step_fn(m, opt, r, autocast, graphed):
+    """One model training step as fn(_, batch on the device) -> {loss name: device tensor}, no
+    host reads (cuda_graph.GraphedStep captures it; autocast's weight cache is off then, as
+    graph capture requires)."""
+
+    def fn(_key, batch):
+        ctx = (torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not graphed) if autocast
+               else contextlib.nullcontext())
+        with ctx:
+            losses = m.forward(batch)
+        loss = losses["codebook0"] + losses["tower"] + r["balance_weight"] * losses["balance"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.params.values(), 1.0)
+        opt.step()
+        return {n: losses[n].detach() for n in ("codebook0", "tower", "balance")}
+
+    return fn
+
+
 def train_model(args, config, recipe, deadline):
     r, device = recipe["model"], args.device
     folder = os.path.join(args.work, "model")
     os.makedirs(folder, exist_ok=True)
     m = model_lib.Drama3Train(config, recipe["seed"], device)
-    opt = torch.optim.AdamW(m.params.values(), lr=r["lr"], betas=(0.9, 0.95),
-                            weight_decay=r["weight_decay"])
+    graphed = device.startswith("cuda") and r.get("cuda_graph", False)
+    # A CUDA graph bakes a float learning rate in: graphed, the rate is a device tensor that
+    # each step fills (AdamW takes a tensor rate when capturable).
+    lr0 = torch.tensor(r["lr"], device=device) if graphed else r["lr"]
+    opt = torch.optim.AdamW(m.params.values(), lr=lr0, betas=(0.9, 0.95),
+                            weight_decay=r["weight_decay"], capturable=graphed)
     names = {p: n for n, p in m.params.items()}
     tensors, info = state.load(os.path.join(folder, "state"))
     step = rewarm_from = 0
@@ -343,28 +367,34 @@ def train_model(args, config, recipe, deadline):
     if step >= r["steps"]:
         return True
     utterances = [u for u in load_codes(args.work) if u["split"] == "train"]
-    autocast = device.startswith("cuda")
+    # Fixed shapes for every batch: the longest pair of utterances the sampler can draw, and
+    # every example's frames + eos as predicting rows.
+    longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances if len(u["codes"]) <= r["max_frames"])
+    pad_to = (2 * longest, r["batch"] * (r["max_frames"] + 1))
+    step_fn = model_step_fn(m, opt, r, autocast=device.startswith("cuda"), graphed=graphed)
+    runner = cuda_graph.GraphedStep(step_fn, (opt,)) if graphed else None
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
         sampler = data.PairSampler(utterances, recipe["seed"] * 1_000_003 + step,
                                    r["drop_reference"], r["max_frames"])
-        batch = data.collate(config, sampler.batch(r["batch"]), device)
+        batch = data.collate(config, sampler.batch(r["batch"]), "cpu", pad_to if graphed else None)
+        lr = lr_at(step, r["steps"], r["lr"], r["warmup"])
+        if rewarm_from:  # resumed without optimizer moments: warm up again
+            lr *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, r["steps"], r["lr"], r["warmup"])
-            if rewarm_from:  # resumed without optimizer moments: warm up again
-                g["lr"] *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
-        with (torch.autocast("cuda", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()):
-            losses = m.forward(batch)
-        loss = losses["codebook0"] + losses["tower"] + r["balance_weight"] * losses["balance"]
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(m.params.values(), 1.0)
-        opt.step()
+            if graphed:
+                g["lr"].fill_(lr)
+            else:
+                g["lr"] = lr
+        if runner is not None:
+            losses = runner(None, {n: t.pin_memory() for n, t in batch.items()})
+        else:
+            losses = step_fn(None, {n: t.to(device) for n, t in batch.items()})
         step += 1
         if step % r["log_every"] == 0 or step == 1:
             append_losses(os.path.join(folder, "losses.tsv"), {
                 "step": step, "codebook0": float(losses["codebook0"]), "tower": float(losses["tower"]),
-                "balance": float(losses["balance"]), "lr": opt.param_groups[0]["lr"],
+                "balance": float(losses["balance"]), "lr": lr,
                 "seconds": round(time.time() - start, 1)})
     tensors = {"model." + n: t for n, t in m.tensors().items()}
     moments = {"opt." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
@@ -481,25 +511,31 @@ def bench_steps(args, config, recipe):
         n = g.randint(40, 110)
         utterances.append({"speaker": f"s{i % 20}", "tokens": [g.randrange(256) for _ in range(g.randint(40, 110))],
                            "codes": torch.randint(0, cs, (n, k))})
+    longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
     for batch in [int(b) for b in args.batches_model.split(",")]:
-        m = model_lib.Drama3Train(config, 1, device)
-        opt = torch.optim.AdamW(m.params.values(), lr=1e-4)
-        counter = [0]
+        for graphed in variants:  # eager (unpadded batches) and CUDA graph (fixed shapes)
+            m = model_lib.Drama3Train(config, 1, device)
+            lr0 = torch.tensor(1e-4, device=device) if graphed else 1e-4
+            opt = torch.optim.AdamW(m.params.values(), lr=lr0, capturable=graphed)
+            fn = model_step_fn(m, opt, dict(rm, balance_weight=0.01), autocast=device.startswith("cuda"),
+                               graphed=graphed)
+            runner = cuda_graph.GraphedStep(fn, (opt,)) if graphed else None
+            pad_to = (2 * longest, batch * (rm["max_frames"] + 1))
+            counter = [0]
 
-        def step():
-            counter[0] += 1
-            sampler = data.PairSampler(utterances, counter[0], rm["drop_reference"], rm["max_frames"])
-            b = data.collate(config, sampler.batch(batch), device)
-            with (torch.autocast("cuda", dtype=torch.bfloat16) if device.startswith("cuda") else contextlib.nullcontext()):
-                losses = m.forward(b)
-            loss = losses["codebook0"] + losses["tower"] + 0.01 * losses["balance"]
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        rate = timed(step)
-        result["model"].append({"batch": batch, "steps_per_s": round(rate, 2),
-                                "examples_per_s": round(rate * batch, 1)})
-        print("bench model", result["model"][-1], flush=True)
+            def step():
+                counter[0] += 1
+                sampler = data.PairSampler(utterances, counter[0], rm["drop_reference"], rm["max_frames"])
+                b = data.collate(config, sampler.batch(batch), "cpu", pad_to if graphed else None)
+                if runner is not None:
+                    runner(None, {n: t.pin_memory() for n, t in b.items()})
+                else:
+                    fn(None, {n: t.to(device) for n, t in b.items()})
+            rate = timed(step)
+            result["model"].append({"batch": batch, "cuda_graph": graphed,
+                                    "graph_failed": runner.failed if runner else None,
+                                    "steps_per_s": round(rate, 2), "examples_per_s": round(rate * batch, 1)})
+            print("bench model", result["model"][-1], flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
