@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (docs/cuda-backend.md, "Receipts"): the numerical contract on CUDA,
-# the CUDA-vs-CPU parity tests, the synthetic bench-30b-a3b decode bench, a `say` and a /health
-# check, all from a folder made here by
+# One call on the GPU machine (docs/cuda-backend.md, "Receipts"): the grouped expert kernels v2 ==
+# v1 bitwise, the numerical contract and the CUDA-vs-CPU parity tests on CUDA (each with the
+# grouped expert kernels v1 and v2), the synthetic bench-30b-a3b decode bench (v1 and v2 side by
+# side), Nsight Compute on the expert kernels, a `say` and a /health check, all from a folder
+# made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp -r configs DIR/ && cp bench/cuda-h200-run.sh DIR/
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go).
 set -u
@@ -34,6 +36,10 @@ section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
   echo "parity exit $?"
+  section "parity tests (CUDA vs CPU), grouped experts v2 (DRAMA_CUDA_EXPERTS=v2)"
+  DRAMA_CUDA_EXPERTS=v2 DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-v2 timeout 300 \
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-v2-h200.json"
+  echo "parity v2 exit $?"
   section "bench decode --synthetic bench-30b-a3b"
   timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
     --frames 10 --repeats 5 --json "$out/decode-h200.json" >/dev/null
@@ -63,12 +69,17 @@ PY
       --section SpeedOfLight --section MemoryWorkloadAnalysis "$drama" bench decode --backend cuda \
       --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu.txt" 2>&1
     echo "ncu exit $?"; grep -E "moe_|linear_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)" "$out/ncu.txt" | head -40
-    echo "-- the same with DRAMA_CUDA_EXPERTS=v2"
-    DRAMA_CUDA_EXPERTS=v2 timeout 240 "$ncu" --clock-control none -k regex:'moe_' -c 3 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
-      "$drama" bench decode --backend cuda \
-      --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu-v2.txt" 2>&1
-    echo "ncu v2 exit $?"; grep -E "moe_|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy" "$out/ncu-v2.txt" | head -40
+    # One row (the decode step): the prefill of both branches launches 2 x 48 layers x 3 moe_
+    # kernels first; skip them and take the first layer of the first batch-1 step, v1 then v2.
+    for v in v1 v2; do
+      echo "-- one row, DRAMA_CUDA_EXPERTS=$v"
+      DRAMA_CUDA_EXPERTS=$v timeout 150 "$ncu" --clock-control none -k regex:'moe_' --launch-skip 288 -c 3 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
+        --frames 1 --repeats 1 >"$out/ncu-rows1-$v.txt" 2>&1
+      echo "ncu $v exit $?"
+      grep -E "moe_|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy" "$out/ncu-rows1-$v.txt" | head -24
+    done
   else
     echo "no ncu"
   fi
