@@ -73,7 +73,7 @@ PY
     # kernels first; skip them and take the first layer of the first batch-1 step, v1 then v2.
     for v in v1 v2; do
       echo "-- one row, DRAMA_CUDA_EXPERTS=$v"
-      DRAMA_CUDA_EXPERTS=$v timeout 150 "$ncu" --clock-control none -k regex:'moe_' --launch-skip 288 -c 3 \
+      DRAMA_CUDA_EXPERTS=$v timeout 120 "$ncu" --clock-control none -k regex:'moe_' --launch-skip 288 -c 3 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
         "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
         --frames 1 --repeats 1 >"$out/ncu-rows1-$v.txt" 2>&1
