@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One call on the GPU machine (docs/cuda-backend.md, "Receipts"): the numerical contract on CUDA,
-# the CUDA-vs-CPU parity tests, the synthetic bench-30b-a3b decode bench, a `say` and a /health
-# check, all from a folder made here by
+# One call on the GPU machine (docs/cuda-backend.md, "Receipts"): the grouped expert kernels v2 ==
+# v1 bitwise, the numerical contract and the CUDA-vs-CPU parity tests on CUDA (each with the
+# grouped expert kernels v1 and v2), the synthetic bench-30b-a3b decode bench (v1 and v2 side by
+# side), Nsight Compute on the expert kernels, a `say` and a /health check, all from a folder
+# made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp -r configs DIR/ && cp bench/cuda-h200-run.sh DIR/
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go).
 set -u
@@ -19,13 +21,25 @@ section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit --format=csv
   uname -r
   ldd "$drama" | grep "not found" || echo "every bundled library resolves"
+  section "grouped expert kernels: v2 == v1 bitwise, v1 == the separate calls"
+  DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 200 \
+    "$here/bundle/model_test_cuda_parity" --gtest_filter='CudaGroupedExperts.*' \
+    --gtest_output=json:"$out/experts-v1-v2-h200.json"
+  echo "experts v1/v2 exit $?"
   section "contract --backend cuda"
   timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
   echo "contract exit $?"
+  section "contract --backend cuda, grouped experts v2 (DRAMA_CUDA_EXPERTS=v2)"
+  DRAMA_CUDA_EXPERTS=v2 timeout 400 "$drama" contract --backend cuda --json "$out/contract-v2-h200.json" | tail -3
+  echo "contract v2 exit ${PIPESTATUS[0]}"
   section "parity tests (CUDA vs CPU)"
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
   echo "parity exit $?"
+  section "parity tests (CUDA vs CPU), grouped experts v2 (DRAMA_CUDA_EXPERTS=v2)"
+  DRAMA_CUDA_EXPERTS=v2 DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-v2 timeout 300 \
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-v2-h200.json"
+  echo "parity v2 exit $?"
   section "bench decode --synthetic bench-30b-a3b"
   timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
     --frames 10 --repeats 5 --json "$out/decode-h200.json" >/dev/null
@@ -39,6 +53,14 @@ for k, v in j["backbone_step"].items():
 for k, v in j["expert_products_one_layer"].items():
     print("experts (moe_experts)", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
 print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
+print(j.get("expert_kernels"))
+e = j["expert_products_one_layer"]
+for case in ("rows1", "rows2_shared", "rows2_disjoint"):
+    for kind in ("", "_graph"):
+        a, b = e.get(case + kind + "_v1"), e.get(case + kind + "_v2")
+        if a and b:
+            print("v2 vs v1", case + kind, "%.1f -> %.1f us" % (a["us_per_layer"], b["us_per_layer"]),
+                  "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
 PY
   section "Nsight Compute: the grouped expert kernels (grouping, gate/up, down) of one layer"
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -47,6 +69,17 @@ PY
       --section SpeedOfLight --section MemoryWorkloadAnalysis "$drama" bench decode --backend cuda \
       --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu.txt" 2>&1
     echo "ncu exit $?"; grep -E "moe_|linear_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)" "$out/ncu.txt" | head -40
+    # One row (the decode step): the prefill of both branches launches 2 x 48 layers x 3 moe_
+    # kernels first; skip them and take the first layer of the first batch-1 step, v1 then v2.
+    for v in v1 v2; do
+      echo "-- one row, DRAMA_CUDA_EXPERTS=$v"
+      DRAMA_CUDA_EXPERTS=$v timeout 120 "$ncu" --clock-control none -k regex:'moe_' --launch-skip 288 -c 3 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+        "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
+        --frames 1 --repeats 1 >"$out/ncu-rows1-$v.txt" 2>&1
+      echo "ncu $v exit $?"
+      grep -E "moe_|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy" "$out/ncu-rows1-$v.txt" | head -24
+    done
   else
     echo "no ncu"
   fi
@@ -59,7 +92,7 @@ vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"
 machine = dict(zip(q.split(","), vals))
 machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
-for name in ("contract-h200.json", "decode-h200.json"):
+for name in ("contract-h200.json", "contract-v2-h200.json", "decode-h200.json"):
     path = os.path.join(sys.argv[1], name)
     if os.path.exists(path):
         j = json.load(open(path))

@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/bench.h"
@@ -220,7 +223,32 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       expert_bytes = 2 * weight_bytes(l.moe.experts[0].gate) + weight_bytes(l.moe.experts[0].down);
     }
   bool expert_bytes_by_bench = false;
-  for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
+  // On CUDA every section is timed with the backend's grouped expert kernels (DRAMA_CUDA_EXPERTS,
+  // default v1) under its plain name, then with v1 and v2 under names ending _experts_v1 / _v2
+  // (the expert products: _v1 / _v2), side by side in this one run.
+  std::vector<int> versions = {0};  // 0: the backend's own choice
+#ifdef DRAMA_WITH_CUDA
+  const bool on_cuda = b.name().rfind("cuda", 0) == 0;
+  int default_version = 0;
+  if (on_cuda) {
+    default_version = cuda::set_moe_experts_version(b, 1);
+    cuda::set_moe_experts_version(b, default_version);
+    versions = {0, 1, 2};
+  }
+  auto use_version = [&](int v) {
+    if (on_cuda) cuda::set_moe_experts_version(b, v == 0 ? default_version : v);
+  };
+#else
+  auto use_version = [](int) {};
+#endif
+  auto suffix = [](int v, const char* prefix) {
+    return v == 0 ? std::string() : std::string(prefix) + std::to_string(v);
+  };
+  std::vector<std::pair<int, int64_t>> step_runs;  // (version, rows)
+  for (const int v : versions)
+    for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.emplace_back(v, rows);
+  for (const auto& [version, rows] : step_runs) {
+    use_version(version);
     HostRowTables host_tables;
     for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
     const std::span<const int32_t> step_codes(codes.data(),
@@ -257,7 +285,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const double t = median(per_step);
     nlohmann::json samples = nlohmann::json::array();
     for (double v : per_step) samples.push_back(v * 1e3);
-    results[rows == 1 ? "batch1" : "paired_batch2"] = {
+    results[(rows == 1 ? "batch1" : "paired_batch2") + suffix(version, "_experts_v")] = {
         {"rows", rows},
         {"per_step_ms", t * 1e3},
         {"samples_ms", samples},
@@ -291,7 +319,13 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       int64_t rows;
       bool disjoint;
     } cases[] = {{"rows1", 1, false}, {"rows2_shared", 2, false}, {"rows2_disjoint", 2, true}};
-    for (const auto& cs : cases) {
+    std::vector<std::pair<int, size_t>> expert_runs;  // (version, case)
+    for (const int v : versions)
+      for (size_t i = 0; i < std::size(cases); ++i) expert_runs.emplace_back(v, i);
+    for (const auto& [version, case_index] : expert_runs) {
+      const auto& cs = cases[case_index];
+      use_version(version);
+      const std::string name = cs.name + suffix(version, "_v");
       std::vector<int32_t> choice;
       for (int64_t r = 0; r < cs.rows; ++r)
         for (int64_t j = 0; j < k; ++j)
@@ -315,33 +349,42 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       const double bytes = static_cast<double>(distinct.size()) *
                            (2 * weight_bytes(ex[0].gate) + weight_bytes(ex[0].down));
       const double t = median(per);
-      experts[cs.name] = {{"rows", cs.rows},
-                          {"experts_read", distinct.size()},
-                          {"us_per_layer", t * 1e6},
-                          {"weight_bytes", bytes},
-                          {"effective_gb_s", bytes / t / 1e9}};
+      experts[name] = {{"rows", cs.rows},
+                       {"experts_read", distinct.size()},
+                       {"us_per_layer", t * 1e6},
+                       {"weight_bytes", bytes},
+                       {"effective_gb_s", bytes / t / 1e9}};
 #ifdef DRAMA_WITH_CUDA
       if (b.name().rfind("cuda", 0) == 0) {
         const double g = cuda::time_moe_experts_graph(b, table.data(), n_stored, in->f32(), cs.rows,
                                                       H, idx, k, k, out->f32(), wsp->f32(), 50);
-        experts[std::string(cs.name) + "_graph"] = {{"rows", cs.rows},
-                                                    {"experts_read", distinct.size()},
-                                                    {"us_per_layer", g * 1e6},
-                                                    {"weight_bytes", bytes},
-                                                    {"effective_gb_s", bytes / g / 1e9}};
+        experts[std::string(cs.name) + "_graph" + suffix(version, "_v")] = {
+            {"rows", cs.rows},
+            {"experts_read", distinct.size()},
+            {"us_per_layer", g * 1e6},
+            {"weight_bytes", bytes},
+            {"effective_gb_s", bytes / g / 1e9}};
       }
 #endif
     }
   }
+  use_version(0);
+  std::string experts_kernels = "the backend's";
+#ifdef DRAMA_WITH_CUDA
+  if (on_cuda)
+    experts_kernels = "CUDA grouped expert kernels v" + std::to_string(default_version) +
+                      " (DRAMA_CUDA_EXPERTS) for the plain names; v1 and v2 for the names ending "
+                      "_experts_v1/_v2 (backbone_step) and _v1/_v2 (expert_products_one_layer)";
+#endif
   const Ceiling ceil = measure_copy(b.name());
   // HBM serves reads and writes from one budget: the copy rate (bytes read + written) is the
   // rate at which a step can read its weights.
   const double read_rate = ceil.copy_bytes_per_s;
-  for (auto* section : {&results["batch1"], &results["paired_batch2"]}) {
-    const double bytes = (*section)["weight_bytes_per_step"].get<double>();
-    (*section)["copy_roofline_ms"] = bytes / read_rate * 1e3;
-    (*section)["fraction_of_copy_roofline"] =
-        bytes / read_rate / ((*section)["per_step_ms"].get<double>() * 1e-3);
+  for (auto& [key, section] : results.items()) {
+    const double bytes = section["weight_bytes_per_step"].get<double>();
+    section["copy_roofline_ms"] = bytes / read_rate * 1e3;
+    section["fraction_of_copy_roofline"] =
+        bytes / read_rate / (section["per_step_ms"].get<double>() * 1e-3);
   }
   for (auto& [key, section] : experts.items())
     section["fraction_of_copy_roofline"] = section["weight_bytes"].get<double>() / read_rate /
@@ -363,6 +406,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
              "the floor, when both rows share their experts)"
            : "the backend (the experts moe_experts ran)"},
       {"expert_products_one_layer", experts},
+      {"expert_kernels", experts_kernels},
       {"ceiling",
        {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},
         {"what", ceil.what},

@@ -2,6 +2,8 @@
 // live in one .cu/.cuh pair per family beside this file.
 #include "backend/cuda/cuda_backend.cuh"
 
+#include <cstdlib>
+
 #include "backend/cuda/common.cuh"
 #include "util/error.h"
 
@@ -75,6 +77,16 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   name_ = "cuda (" + std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
           std::to_string(prop.minor) + ")";
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  // The grouped expert kernels (moe.cuh): version 1 unless DRAMA_CUDA_EXPERTS says v2.
+  if (const char* v = std::getenv("DRAMA_CUDA_EXPERTS")) {
+    const std::string s = v;
+    if (s == "v1" || s == "1")
+      experts_version_ = 1;
+    else if (s == "v2" || s == "2")
+      experts_version_ = 2;
+    else if (!s.empty())
+      throw Error("DRAMA_CUDA_EXPERTS=" + s + ": v1 or v2");
+  }
 }
 
 CudaBackend::~CudaBackend() {

@@ -67,6 +67,10 @@ class CudaBackend final : public Backend {
   void moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x, int64_t rows,
                    int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
                    float* out, float* workspace) override;
+  // Which grouped expert kernels moe_experts runs (1 or 2, moe.cuh): DRAMA_CUDA_EXPERTS=v1|v2 read
+  // at construction (default 1), or set_moe_experts_version (grouped_experts.h).
+  int experts_version() const { return experts_version_; }
+  void set_experts_version(int version) { experts_version_ = version; }
 
   void guidance_combine(const float* logits, int64_t vocab, const GuidanceRow* rows, int64_t n,
                         float* out) override;
@@ -103,6 +107,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> scratch_;
   // moe_experts(): device tables of expert pointers, by (host array, its first weight).
   std::map<std::pair<const void*, const void*>, std::unique_ptr<DeviceBuffer>> expert_tables_;
+  int experts_version_ = 1;
 };
 
 }  // namespace drama::cuda

@@ -1,6 +1,7 @@
 #include "backend/cuda/moe.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
@@ -276,6 +277,236 @@ __global__ void moe_down_kernel(const DeviceExpert* __restrict__ experts, int64_
   }
 }
 
+// ---- Version 2 of the NVFP4 expert kernels (DRAMA_CUDA_EXPERTS=v2) ----
+//
+// Every output element gets the arithmetic of version 1 operation for operation: lane l of the
+// column's warp sums its blocks b = l, l + 32, ... in increasing order, each block's 16 products
+// with fmaf in input order from 0, then acc = fmaf(part, block scale * 2^14, acc); then the same
+// warp_sum, scale_2 and SwiGLU. What changes is where the operands come from and how the work is
+// laid out: a block owns Cols consecutive output columns of one chosen expert and copies their
+// codes and block scales (contiguous bytes) into shared memory with cp.async, in Stages commit
+// groups, before any arithmetic (no registers hold loads in flight, so a block has its whole
+// weight tile requested at once); the activation rows of the tile are staged once per block in
+// shared memory, 16-input blocks padded to 20 floats (float4 reads without bank conflicts); the
+// weights stay in shared memory for every row tile of the expert. The tiling is fixed by the
+// shapes, never by the row count.
+constexpr int kV2Warps = 8;
+constexpr int kV2Threads = 32 * kV2Warps;
+constexpr int kXPad = 20;                   // floats per staged block of 16 inputs
+constexpr int kUpCols = 16, kUpStages = 2;  // gate/up: columns per block, cp.async groups
+constexpr int kDownCols = 32, kDownStages = 2;
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most `pending` of this thread's commit groups are still in flight (0..2).
+__device__ __forceinline__ void cp_async_wait(int pending) {
+  if (pending <= 0)
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+  else if (pending == 1)
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  else
+    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+}
+
+// `len` bytes from global `src` to shared `dst`, by the whole block: 16-byte cp.async where both
+// ends and the length allow, else 4-byte, else plain byte copies (visible after __syncthreads).
+__device__ __forceinline__ void copy_to_shared(uint8_t* dst, const uint8_t* src, int64_t len) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src) |
+                      static_cast<uintptr_t>(__cvta_generic_to_shared(dst)) |
+                      static_cast<uintptr_t>(len);
+  if (a % 16 == 0) {
+    for (int64_t i = threadIdx.x; i < len / 16; i += blockDim.x)
+      cp_async16(dst + 16 * i, src + 16 * i);
+  } else if (a % 4 == 0) {
+    for (int64_t i = threadIdx.x; i < len / 4; i += blockDim.x) cp_async4(dst + 4 * i, src + 4 * i);
+  } else {
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+// Rows row(0..nr) of `in` floats into sx: input i of row rr at sx[rr * (in / 16) * kXPad +
+// (i / 16) * kXPad + i % 16]. vec: every row starts on 16 bytes (16-byte cp.async).
+template <typename RowFn>
+__device__ __forceinline__ void stage_rows(float* sx, int64_t in, int nr, bool vec, RowFn row) {
+  const int64_t chunks = in / 4, xstride = in / 16 * kXPad;
+  for (int64_t t = threadIdx.x; t < nr * chunks; t += blockDim.x) {
+    const int rr = static_cast<int>(t / chunks);
+    const int64_t c = t % chunks;
+    float* d = sx + rr * xstride + (c / 4) * kXPad + (c % 4) * 4;
+    const float* s = row(rr) + 4 * c;
+    if (vec)
+      cp_async16(d, s);
+    else
+      for (int q = 0; q < 4; ++q) d[q] = s[q];
+  }
+}
+
+// nvfp4_lane_dots' arithmetic for NW weight rows staged in shared memory (codes cs[w], block
+// scales ss[w]) against the staged rows sx[rr * xstride ...], rr < nr, into acc[w * kRowTile +
+// rr]: the same lane owns the same blocks, summed in the same order with the same fmaf chain. One
+// activation read serves all NW rows.
+template <int NW>
+__device__ __forceinline__ void nvfp4_lane_dots_shared(const uint8_t* const* cs,
+                                                       const uint8_t* const* ss, int64_t blocks,
+                                                       const float* sx, int64_t xstride, int nr,
+                                                       float* acc) {
+  const int lane = threadIdx.x % 32;
+  for (int64_t b = lane; b < blocks; b += 32) {
+    float s[NW];
+    float wv[NW][16];
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      s[w] = e4m3_to_f32(ss[w][b]) * 16384.0f;
+      nvfp4_expand(reinterpret_cast<const uint2*>(cs[w])[b], wv[w]);
+    }
+#pragma unroll
+    for (int rr = 0; rr < kRowTile; ++rr) {
+      if (rr >= nr) break;
+      const float4* xb = reinterpret_cast<const float4*>(sx + rr * xstride + b * kXPad);
+      float part[NW];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) part[w] = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 xv = xb[q];
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          part[w] = fmaf(wv[w][4 * q], xv.x, part[w]);
+          part[w] = fmaf(wv[w][4 * q + 1], xv.y, part[w]);
+          part[w] = fmaf(wv[w][4 * q + 2], xv.z, part[w]);
+          part[w] = fmaf(wv[w][4 * q + 3], xv.w, part[w]);
+        }
+      }
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+        acc[w * kRowTile + rr] = fmaf(part[w], s[w], acc[w * kRowTile + rr]);
+    }
+  }
+}
+
+// Shared bytes of one v2 block: the staged rows, then the codes [NW][Cols][in / 2], then the
+// block scales [NW][Cols][in / 16].
+__host__ __device__ inline int64_t v2_shared_bytes(int nw, int cols, int64_t in, int tile_rows) {
+  return tile_rows * (in / 16) * kXPad * 4 + nw * cols * (in / 2 + in / 16);
+}
+
+// Grid (expert slot, column block); rows go in tiles of tile_rows (1..kRowTile: min(rows,
+// kRowTile), which sizes the staged activations; a tile never changes any element's arithmetic).
+// NW == 2: gate and up (in = hidden, columns = inter),
+// act[pair position, o] = silu(gate . x) * (up . x); NW == 1: down (in = inter, columns =
+// hidden), out[(r * out_slots + j), o] = down . act[pair].
+// Blocks per SM the registers leave room for (ptxas, sm_90a: gate/up 79 registers with 3, no
+// spills; 4 would cap it at 64 and spill; down 62 with 4).
+template <int NW, int Cols, int Stages>
+__global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
+    moe_nvfp4_v2_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
+                        int64_t inter, const float* __restrict__ x, int64_t pairs, int64_t k,
+                        int64_t out_slots, int tile_rows, bool vec_x, float* workspace,
+                        float* __restrict__ out) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const MoeLayout m = moe_layout(workspace, pairs, n_stored);
+  const int slot = blockIdx.x;
+  if (slot >= *m.n_active) return;  // the whole block
+  const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * Cols;
+  const int ncols = static_cast<int>(columns - o0 < Cols ? columns - o0 : Cols);
+  const int32_t s = m.active[slot];
+  const DeviceExpert e = experts[s];
+  const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
+  const int64_t blocks = in / 16, xstride = blocks * kXPad, row_bytes = in / 2;
+  float* sx = reinterpret_cast<float*>(smem);
+  uint8_t* scodes = smem + static_cast<int64_t>(tile_rows) * xstride * 4;
+  uint8_t* sscales = scodes + NW * Cols * row_bytes;
+  const int first[2] = {NW == 2 ? 0 : 2, 1};
+  auto row = [&](int64_t i0, int rr) -> const float* {
+    if constexpr (NW == 2) return x + (m.order[p0 + i0 + rr] / k) * hidden;
+    return m.act + (p0 + i0 + rr) * inter;
+  };
+  // The first row tile's activations and the first stage of weights in commit group 0, each
+  // further stage in its own group: everything this block reads is requested before any wait.
+  constexpr int per_stage = Cols / Stages;
+  static_assert(Cols % Stages == 0, "stages split the columns evenly");
+  for (int st = 0; st < Stages; ++st) {
+    if (st == 0)
+      stage_rows(sx, in, static_cast<int>(n < tile_rows ? n : tile_rows), vec_x,
+                 [&](int rr) { return row(0, rr); });
+    const int c0 = st * per_stage, c1 = c0 + per_stage < ncols ? c0 + per_stage : ncols;
+    if (c1 > c0)
+      for (int w = 0; w < NW; ++w) {
+        const int mat = first[w];
+        copy_to_shared(scodes + (w * Cols + c0) * row_bytes,
+                       static_cast<const uint8_t*>(e.data[mat]) + (o0 + c0) * row_bytes,
+                       (c1 - c0) * row_bytes);
+        copy_to_shared(sscales + (w * Cols + c0) * blocks, e.scales[mat] + (o0 + c0) * blocks,
+                       (c1 - c0) * blocks);
+      }
+    cp_async_commit();
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t i0 = 0; i0 < n; i0 += tile_rows) {
+    const int nr = static_cast<int>(n - i0 < tile_rows ? n - i0 : tile_rows);
+    if (i0 > 0) {
+      __syncthreads();  // every warp is done with the previous tile's rows
+      stage_rows(sx, in, nr, vec_x, [&](int rr) { return row(i0, rr); });
+      cp_async_commit();
+      cp_async_wait(0);
+    }
+    for (int st = 0; st < Stages; ++st) {
+      if (i0 == 0) cp_async_wait(Stages - 1 - st);
+      __syncthreads();
+      const int c1 = (st + 1) * per_stage < ncols ? (st + 1) * per_stage : ncols;
+      for (int c = st * per_stage + warp; c < c1; c += kV2Warps) {
+        const int64_t o = o0 + c;
+        float acc[NW * kRowTile];
+#pragma unroll
+        for (int i = 0; i < NW * kRowTile; ++i) acc[i] = 0.0f;
+        const uint8_t* cs[NW];
+        const uint8_t* ss[NW];
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          cs[w] = scodes + (w * Cols + c) * row_bytes;
+          ss[w] = sscales + (w * Cols + c) * blocks;
+        }
+        nvfp4_lane_dots_shared<NW>(cs, ss, blocks, sx, xstride, nr, acc);
+#pragma unroll
+        for (int rr = 0; rr < kRowTile; ++rr) {
+          if (rr >= nr) break;
+          if constexpr (NW == 2) {
+            float gs = warp_sum(acc[rr]), us = warp_sum(acc[kRowTile + rr]);
+            gs = gs * e.scale2[0];
+            us = us * e.scale2[1];
+            if (lane == 0) m.act[(p0 + i0 + rr) * inter + o] = gs / (1.0f + expf(-gs)) * us;
+          } else {
+            float sum = warp_sum(acc[rr]);
+            sum = sum * e.scale2[2];
+            const int64_t p = m.order[p0 + i0 + rr], r = p / k, j = p % k;
+            if (lane == 0) out[(r * out_slots + j) * hidden + o] = sum;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Opts a v2 kernel into `bytes` of dynamic shared memory (once per size it grows to).
+template <typename Kernel>
+void allow_shared(Kernel kernel, int64_t bytes, std::atomic<int64_t>& allowed) {
+  if (bytes <= 48 * 1024 || bytes <= allowed.load()) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes)),
+        "cudaFuncSetAttribute (moe_experts v2 shared memory)");
+  allowed.store(bytes);
+}
+
 }  // namespace
 
 void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
@@ -310,7 +541,7 @@ int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stor
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
-                        float* workspace, cudaStream_t stream) {
+                        float* workspace, cudaStream_t stream, int version) {
   const int64_t pairs = rows * k;
   if (pairs <= 0) return;
   moe_group_kernel<<<1, 256, static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream>>>(
@@ -320,6 +551,32 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   const unsigned threads = 32 * kExpertWarps;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
   const bool vec_act = reinterpret_cast<uintptr_t>(workspace) % 16 == 0 && inter % 4 == 0;
+  if (version == 2 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
+    const int tile_rows = static_cast<int>(rows < kRowTile ? rows : kRowTile);
+    const int64_t up_bytes = v2_shared_bytes(2, kUpCols, hidden, tile_rows),
+                  down_bytes = v2_shared_bytes(1, kDownCols, inter, tile_rows);
+    int device = 0, max_shared = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+          "cudaDeviceGetAttribute");
+    if (up_bytes <= max_shared && down_bytes <= max_shared) {
+      static std::atomic<int64_t> up_allowed{0}, down_allowed{0};
+      auto* up = moe_nvfp4_v2_kernel<2, kUpCols, kUpStages>;
+      auto* down = moe_nvfp4_v2_kernel<1, kDownCols, kDownStages>;
+      allow_shared(up, up_bytes, up_allowed);
+      allow_shared(down, down_bytes, down_allowed);
+      up<<<dim3(slots, blocks_for(inter, kUpCols)), kV2Threads, static_cast<size_t>(up_bytes),
+           stream>>>(experts, n_stored, hidden, inter, x, pairs, k, out_slots, tile_rows, vec_x,
+                     workspace, out);
+      check_launch("moe_experts gate/up (v2)");
+      down<<<dim3(slots, blocks_for(hidden, kDownCols)), kV2Threads,
+             static_cast<size_t>(down_bytes), stream>>>(experts, n_stored, hidden, inter, x, pairs,
+                                                        k, out_slots, tile_rows, vec_act, workspace,
+                                                        out);
+      check_launch("moe_experts down (v2)");
+      return;
+    }
+  }
   const dim3 grid_up(slots, blocks_for(inter, kExpertWarps)),
       grid_down(slots, blocks_for(hidden, kExpertWarps));
   if (format == WeightFormat::NVFP4) {
@@ -364,7 +621,8 @@ void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, co
       Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
     throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
   launch_moe_experts(static_cast<const DeviceExpert*>(table->data()), format, n_stored, hidden,
-                     inter, x, rows, expert_index, k, out_slots, out, workspace, stream_);
+                     inter, x, rows, expert_index, k, out_slots, out, workspace, stream_,
+                     experts_version_);
 }
 
 double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, int64_t n_stored,
@@ -402,6 +660,16 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
   (void)cudaGraphDestroy(graph);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2] * 1e-3;
+}
+
+int set_moe_experts_version(Backend& backend, int version) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) throw Error("the grouped expert kernels need the CUDA backend, not " + backend.name());
+  if (version != 1 && version != 2)
+    throw Error("moe_experts version " + std::to_string(version) + ": 1 or 2");
+  const int before = cuda->experts_version();
+  cuda->set_experts_version(version);
+  return before;
 }
 
 void CudaBackend::route_topk(const float* logits, int64_t rows, int64_t logit_stride,

@@ -28,11 +28,15 @@ struct DeviceExpert {
 // silu(gate) * up; (3) likewise the down product into out[(r * out_slots + j), :]. The dot
 // products are those of linear() (linear_dot.cuh) and the activation is swiglu()'s formula, so
 // every element has the bits of the separate linear, swiglu and linear calls.
+// version 2 (NVFP4 experts whose hidden and intermediate sizes are multiples of 16, when the
+// shared tiles fit the device) runs the same arithmetic from weight tiles copied into shared
+// memory with cp.async and activations staged once per block (moe.cu): the bits of version 1.
+// Any other version, BF16 experts, or shapes it does not take: version 1.
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
-                        float* workspace, cudaStream_t stream);
+                        float* workspace, cudaStream_t stream, int version);
 
 void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
                        const int32_t* logit_column, const int32_t* original_id, int64_t n_stored,
