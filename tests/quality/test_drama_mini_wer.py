@@ -1,7 +1,8 @@
 """Quality regression test of the bundled model (issue 14): intelligibility of drama-mini.
 
 `drama serve` with the default model (models/drama-mini, verified against the shipped
-checkpoints/drama-mini.json), seed 1, guidance gamma 1.5 with the first built-in voice (by id),
+checkpoints/drama-mini.json), seed 1, guidance gamma 1.5 with the built-in voice VOICE (else the
+first built-in voice by id),
 says the first 20 held-out sentences (tools/corpus/heldout-ids.txt order, texts from
 tools/corpus/sentences.py; a sentence that is the voice's own transcript is skipped and the next
 one taken), and pocketsphinx_batch (tools/eval/asr.py) must recognise them within MAX_WER.
@@ -33,6 +34,7 @@ import sentences  # noqa: E402
 MAX_WER = 1.0
 
 SENTENCES = 20
+VOICE = "festival-slt-a"  # the corpus voice pocketsphinx recognises best (docs/training.md)
 SEED = 1
 GAMMA = 1.5
 MAX_DURATION_S = 12
@@ -58,10 +60,11 @@ class DramaMiniIntelligibility(unittest.TestCase):
             env = dict(os.environ, DRAMA_LOCK_DIR=os.path.join(tmp, "locks"),
                        DRAMA_CACHE=os.path.join(tmp, "cache"))
             env.setdefault("DRAMA_MODELS_DIR", os.path.join(SOURCE, "models"))
+            log_file = open(os.path.join(tmp, "serve.log"), "w")
             server = subprocess.Popen(
                 [drama_bin(), "serve", "--port", "0", "--backend", "cpu", "--threads", "2",
                  "--gamma", str(GAMMA), "--voices", os.path.join(tmp, "voices")],
-                stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "serve.log"), "w"), text=True, env=env)
+                stdout=subprocess.PIPE, stderr=log_file, text=True, env=env)
             try:
                 port = None
                 for line in server.stdout:
@@ -78,7 +81,7 @@ class DramaMiniIntelligibility(unittest.TestCase):
                 voices = sorted(json.loads(http(port, "/v1/audio/voices"))["voices"], key=lambda v: v["id"])
                 builtin = [v for v in voices if v.get("built_in")]
                 self.assertTrue(builtin, "the bundled model has no built-in voice")
-                voice = builtin[0]
+                voice = next((v for v in builtin if v["id"] == VOICE), builtin[0])
                 chosen = [i for i in ids if texts[i] != voice["transcript"]][:SENTENCES]
                 items = []
                 for i in chosen:
@@ -92,6 +95,8 @@ class DramaMiniIntelligibility(unittest.TestCase):
             finally:
                 server.terminate()
                 server.wait(timeout=60)
+                server.stdout.close()
+                log_file.close()
             hyps = asr.recognize(items, jobs=2)
             pairs = [(texts[i], hyps.get(i, "")) for i in chosen]
             wer = asr.wer(pairs)
