@@ -8,7 +8,11 @@
 namespace drama::cli {
 
 void add_weights_options(CLI::App& sub, WeightsOptions& o) {
-  sub.add_option("--weights", o.weights, "Shipped pinned checkpoint (mini, nvfp4, bf16)")
+  // The default shown in --help is the one in force: drama-mini when it is bundled, else mini.
+  o.weights = default_weights();
+  sub.add_option("--weights", o.weights,
+                 "Shipped pinned checkpoint: drama-mini (the bundled model, read in place from "
+                 "models/drama-mini; the default when it is there) or mini (random weights)")
       ->capture_default_str();
   sub.add_option("--checkpoint", o.checkpoint,
                  "Checkpoint directory, verified against --manifest (default: the pinned "
@@ -29,7 +33,7 @@ void add_weights_options(CLI::App& sub, WeightsOptions& o) {
 
 ResolvedCheckpoint resolve_weights(const WeightsOptions& o) {
   WeightsSelection sel;
-  sel.weights = o.weights;
+  sel.weights = o.weights.empty() ? default_weights() : o.weights;
   if (!o.checkpoint.empty()) sel.checkpoint = o.checkpoint;
   if (!o.manifest.empty()) sel.manifest = o.manifest;
   sel.endpoint = default_endpoint();

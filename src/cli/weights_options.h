@@ -16,7 +16,7 @@
 namespace drama::cli {
 
 struct WeightsOptions {
-  std::string weights = "mini";
+  std::string weights;  // add_weights_options sets default_weights(); empty means that too
   std::string checkpoint;
   std::string manifest;
   BackendOptions backend;

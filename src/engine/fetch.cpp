@@ -208,14 +208,19 @@ void regenerate_mini_into(const Manifest& m, const fs::path& out, const FetchOpt
 }  // namespace
 
 CheckpointSource checkpoint_source(const Manifest& manifest, bool pinned) {
-  return pinned && manifest.weights == "mini" ? CheckpointSource::regenerate_mini
-                                              : CheckpointSource::download;
+  if (pinned && manifest.weights == "mini") return CheckpointSource::regenerate_mini;
+  if (pinned && manifest.weights == kBundledWeights) return CheckpointSource::bundled;
+  return CheckpointSource::download;
 }
 
 void materialize_checkpoint(const Manifest& manifest, CheckpointSource source, const fs::path& dest,
                             const FetchOptions& options) {
   if (fs::exists(fs::symlink_status(dest)))
     throw Error("destination " + dest.string() + " already exists; it is never replaced");
+  if (source == CheckpointSource::bundled)
+    throw Error("weights '" + manifest.weights +
+                "' are the model bundled with the repository (models/" + manifest.weights +
+                "): they are read in place, never downloaded or regenerated");
   TempDir tmp(dest);
   if (source == CheckpointSource::regenerate_mini) {
     // write_random_checkpoint wants a directory that does not exist yet.

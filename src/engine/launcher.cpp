@@ -36,6 +36,31 @@ std::string safe_device_id(const std::string& id) {
 
 }  // namespace
 
+std::vector<fs::path> bundled_model_roots() {
+  if (const char* v = std::getenv("DRAMA_MODELS_DIR"); v && *v) return {fs::path(v)};
+  std::vector<fs::path> roots;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && exe.has_parent_path())
+    roots.push_back((exe.parent_path() / ".." / "share" / "drama" / "models").lexically_normal());
+#ifdef DRAMA_SOURCE_MODELS_DIR
+  roots.emplace_back(DRAMA_SOURCE_MODELS_DIR);
+#endif
+  return roots;
+}
+
+std::optional<fs::path> find_bundled_model(const std::string& weights) {
+  for (const fs::path& root : bundled_model_roots()) {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(root / weights, ec))) return root / weights;
+  }
+  return std::nullopt;
+}
+
+std::string default_weights() {
+  return find_bundled_model(kBundledWeights) ? kBundledWeights : "mini";
+}
+
 fs::path default_cache_dir() {
   if (const char* v = std::getenv("DRAMA_CACHE"); v && *v) return v;
   const char* home = std::getenv("HOME");
@@ -129,6 +154,21 @@ ResolvedCheckpoint resolve_checkpoint(const WeightsSelection& selection,
     r.dir = *selection.checkpoint;
     if (!fs::is_directory(r.dir))
       throw Error("checkpoint directory " + r.dir.string() + " does not exist");
+  } else if (checkpoint_source(r.manifest, selected.pinned) == CheckpointSource::bundled) {
+    // The bundled model is read where it lies: never copied, repaired or regenerated.
+    const auto found = find_bundled_model(selection.weights);
+    if (!found) {
+      std::string looked;
+      for (const auto& root : bundled_model_roots())
+        looked += (looked.empty() ? "" : ", ") + (root / selection.weights).string();
+      throw Error("weights '" + selection.weights +
+                  "' are the model bundled with the repository (models/" + selection.weights +
+                  "), read in place, and none was found (looked in: " +
+                  (looked.empty() ? "nowhere" : looked) + ")");
+    }
+    r.dir = *found;
+    if (!fs::is_directory(r.dir))
+      throw Error("bundled model " + r.dir.string() + " exists but is not a directory");
   } else {
     r.dir = default_checkpoint_dir(r.manifest, selection.cache_dir);
     if (!fs::exists(fs::symlink_status(r.dir))) {

@@ -6,13 +6,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "format/manifest.h"
 
 namespace drama {
 
 struct WeightsSelection {
-  std::string weights = "mini";                     // --weights: a shipped pinned manifest
+  std::string weights = "mini";  // --weights: a shipped pinned manifest (CLI: default_weights())
   std::optional<std::filesystem::path> checkpoint;  // --checkpoint DIR
   std::optional<std::filesystem::path> manifest;    // --manifest FILE (user-named: override)
   std::string endpoint;                             // --endpoint or DRAMA_ENDPOINT
@@ -65,10 +66,28 @@ struct FetchOptions {
   bool progress = true;                 // drawn only when stderr is a terminal
 };
 
+// The model bundled with the repository (issue 14): models/drama-mini, pinned by
+// checkpoints/drama-mini.json, read in place (never copied into the cache, never downloaded or
+// regenerated; docs/decisions.md).
+inline constexpr const char* kBundledWeights = "drama-mini";
+
+// The folders searched for bundled models, in order: $DRAMA_MODELS_DIR alone when it is set (tests,
+// relocated data); else <the executable's folder>/../share/drama/models (an installed drama), then
+// the source tree's models/ (fixed at configure time: a build inside a clone).
+std::vector<std::filesystem::path> bundled_model_roots();
+// <root>/<weights> in the first root where something of that name exists (a file that is not a
+// directory, or a partial one, is then refused by verification, never skipped).
+std::optional<std::filesystem::path> find_bundled_model(const std::string& weights);
+// The weights a command uses when --weights is not given: "drama-mini" when it is bundled
+// (find_bundled_model), else "mini" (the random model, generated into the cache).
+std::string default_weights();
+
 // How a missing checkpoint directory is produced: the shipped "mini" manifest is regenerated
 // locally (write_random_checkpoint from the embedded configs/mini.json, seed 1, NVFP4); every
-// other manifest is downloaded from {endpoint}/{repo}/resolve/{revision}/{path}.
-enum class CheckpointSource { download, regenerate_mini };
+// other manifest is downloaded from {endpoint}/{repo}/resolve/{revision}/{path}, except the
+// shipped manifest of the bundled model (kBundledWeights), which is never produced: it is read
+// where find_bundled_model finds it (materialize_checkpoint refuses it).
+enum class CheckpointSource { download, regenerate_mini, bundled };
 CheckpointSource checkpoint_source(const Manifest& manifest, bool pinned);
 
 // Produces `dest` (which must not exist) from `source`: everything is written into a temporary
@@ -86,9 +105,10 @@ std::filesystem::path default_checkpoint_dir(const Manifest& manifest,
 std::string describe_problems(const std::filesystem::path& dir, const Manifest& manifest,
                               const VerifyReport& report);
 
-// Resolves the selection: a missing default directory is downloaded (or, for "mini", generated)
-// before the lock; then the device lock is taken; then every listed file is verified under the
-// lock. Refuses an incomplete or modified directory with the list of bad files, never repairing it.
+// Resolves the selection: the bundled model is read in place (find_bundled_model; refused when
+// absent); a missing default directory is downloaded (or, for "mini", generated) before the lock;
+// then the device lock is taken; then every listed file is verified under the lock. Refuses an
+// incomplete or modified directory with the list of bad files, never repairing it.
 ResolvedCheckpoint resolve_checkpoint(const WeightsSelection& selection,
                                       const std::string& device_id,
                                       const std::filesystem::path& lock_dir);

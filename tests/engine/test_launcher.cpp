@@ -205,5 +205,46 @@ TEST(Resolve, PinnedMiniIsRegeneratedAndLabelledPinned) {
   EXPECT_EQ(r.provenance, "pinned:" + pinned->repo + "@" + pinned->revision);
 }
 
+// The bundled model (docs/decisions.md): found only where $DRAMA_MODELS_DIR says when it is set,
+// the default only when found, never produced by materialize_checkpoint, refused by name when
+// asked for and absent. (The end-to-end cases: tests/server/test_serve_bundled_default.cpp.)
+TEST(Bundled, FoundOnlyWhereTheModelsDirSaysAndTheDefaultOnlyWhenFound) {
+  const char* before = std::getenv("DRAMA_MODELS_DIR");
+  const std::string saved = before ? before : "";
+  const fs::path root = test::fresh_dir("bundled-root");
+  setenv("DRAMA_MODELS_DIR", root.c_str(), 1);
+  EXPECT_EQ(bundled_model_roots(), std::vector<fs::path>{root});
+  EXPECT_FALSE(find_bundled_model(kBundledWeights));
+  EXPECT_EQ(default_weights(), "mini");
+  WeightsSelection s;
+  s.weights = kBundledWeights;
+  s.cache_dir = test::fresh_dir("bundled-cache");
+  const std::string absent =
+      error_of([&] { resolve_checkpoint(s, "cpu", test::fresh_dir("bundled-locks")); });
+  EXPECT_NE(absent.find("looked in: " + (root / kBundledWeights).string()), std::string::npos)
+      << absent;
+  EXPECT_TRUE(fs::is_empty(s.cache_dir));  // nothing downloaded or generated
+  fs::create_directory(root / kBundledWeights);
+  EXPECT_EQ(find_bundled_model(kBundledWeights), root / kBundledWeights);
+  EXPECT_EQ(default_weights(), kBundledWeights);
+  const auto pinned = select_manifest(s);
+  ASSERT_TRUE(pinned.pinned);
+  EXPECT_EQ(checkpoint_source(pinned.manifest, true), CheckpointSource::bundled);
+  const std::string refused = error_of([&] {
+    materialize_checkpoint(pinned.manifest, CheckpointSource::bundled, s.cache_dir / "x", {});
+  });
+  EXPECT_NE(refused.find("never downloaded or regenerated"), std::string::npos) << refused;
+  EXPECT_FALSE(fs::exists(s.cache_dir / "x"));
+  // An empty directory is bundled but not the pinned model: refused file by file, untouched.
+  const std::string bad =
+      error_of([&] { resolve_checkpoint(s, "cpu", test::fresh_dir("bundled-locks2")); });
+  EXPECT_NE(bad.find("config.json: missing"), std::string::npos) << bad;
+  EXPECT_TRUE(fs::is_empty(root / kBundledWeights));
+  if (before)
+    setenv("DRAMA_MODELS_DIR", saved.c_str(), 1);
+  else
+    unsetenv("DRAMA_MODELS_DIR");
+}
+
 }  // namespace
 }  // namespace drama

@@ -5,7 +5,10 @@ each; tests/train/test_train_smoke.cpp runs them in CTest.
 - The batched training forward gives the reference's teacher-forced logits (tools/reference/
   drama3.py) on the exported checkpoint, and the training codec decodes as tools/reference/mimi.py.
 - A few steps of every stage run on a tiny synthetic corpus, resume from their saved state, and
-  the export loads and speaks in `drama` (quantize, then say)."""
+  the export loads and speaks in `drama` (quantize, then say).
+- bundle.py turns that state into a bundled model with built-in voices, whose pinned manifest
+  verifies it; `drama say` with a built-in voice gives the same bytes twice; it refuses an
+  existing destination and a model over its size limit, leaving nothing behind."""
 
 import json
 import math
@@ -24,6 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "reference"))
 sys.path.insert(0, os.path.join(HERE, "..", "corpus"))
 
 import audio  # noqa: E402
+import bundle  # noqa: E402
 import codec as codec_lib  # noqa: E402
 import data  # noqa: E402
 import drama3  # noqa: E402
@@ -333,6 +337,48 @@ class Pipeline(unittest.TestCase):
                 x, rate = audio.read_wav(wav)
                 self.assertEqual(rate, 24000)
                 self.assertGreater(len(x), 0)
+                self.check_bundle(tmp, work, corpus, env)
+
+    def check_bundle(self, tmp, work, corpus, env):
+        out, pin = os.path.join(tmp, "models", "drama-mini"), os.path.join(tmp, "pin", "drama-mini.json")
+        argv = [work, out, "--corpus", corpus, "--voices", "spk1,spk0", "--drama", DRAMA,
+                "--config", TINY, "--pin", pin]
+        saved = dict(os.environ)
+        os.environ.update(env)  # drama's device lock and cache inside tmp
+        try:
+            with self.assertRaises(SystemExit) as too_big:
+                bundle.main(argv + ["--max-mib", "0.01"])
+            self.assertIn("over the 0.01 MiB limit", str(too_big.exception))
+            self.assertEqual(sorted(os.listdir(os.path.join(tmp, "models"))), [])  # no temp left
+            self.assertFalse(os.path.exists(pin))
+            self.assertEqual(bundle.main(argv), 0)
+            with self.assertRaises(SystemExit) as exists:
+                bundle.main(argv)
+            self.assertIn("already exists", str(exists.exception))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        with open(pin) as f:
+            manifest = json.load(f)
+        with open(os.path.join(out, "manifest.json")) as f:
+            self.assertEqual(json.load(f), manifest)
+        self.assertEqual((manifest["name"], manifest["weights"]), ("drama-mini", "drama-mini"))
+        paths = [f["path"] for f in manifest["files"]]
+        for s in ("spk0", "spk1"):
+            self.assertIn(f"voices/{s}.voice", paths)
+            self.assertIn(f"voices/{s}.json", paths)
+        subprocess.run([DRAMA, "verify", out, "--manifest", pin], check=True, capture_output=True)
+        outputs = []
+        for i in range(2):
+            wav = os.path.join(tmp, f"bundled-{i}.wav")
+            subprocess.run([DRAMA, "say", "Hello there.", "--checkpoint", out, "--manifest", pin,
+                            "--voice", "spk0", "--gamma", "1.5", "--backend", "cpu", "--threads", "1",
+                            "--seed", "3", "--max-frames", "6", "-o", wav], check=True,
+                           capture_output=True, env=env, cwd=tmp)
+            with open(wav, "rb") as f:
+                outputs.append(f.read())
+        self.assertGreater(len(outputs[0]), 44)
+        self.assertEqual(outputs[0], outputs[1])
 
 
 if __name__ == "__main__":
