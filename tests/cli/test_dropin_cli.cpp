@@ -18,6 +18,7 @@
 #include "server/server_process.h"
 #include "server/speech_server.h"
 #include "support/decode_output.h"
+#include "support/drama_cli.h"
 #include "util/fs.h"
 
 namespace drama::testing {
@@ -25,42 +26,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Cli {
-  int status = -1;
-  std::string err, out;
-};
-
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
-
-Cli drama(const std::string& args, const fs::path& dir) {
-  const std::string bin = env_or("DRAMA_BIN", "drama");
-  const fs::path err = dir / "stderr.txt", out = dir / "stdout.txt";
-  const std::string cmd = bin + " " + args + " 2>" + err.string() + " >" + out.string();
-  const int raw = std::system(cmd.c_str());
-  Cli r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.err = read_text_file(err);
-  r.out = read_text_file(out);
-  return r;
-}
-
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
 class DropInCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     scratch_ = new ScratchDir();
     setenv("DRAMA_CACHE", (dir() / "cache").c_str(), 1);
-    const Cli r = drama("make-checkpoint --config " +
-                            quote(env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json") +
-                            " --seed 1 --nvfp4 -o " + quote(ckpt().string()),
-                        dir());
+    const CliResult r =
+        run_drama("make-checkpoint --config " +
+                      quote(env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json") +
+                      " --seed 1 --nvfp4 -o " + quote(ckpt().string()),
+                  dir());
     ASSERT_EQ(r.status, 0) << r.err;
     std::vector<float> pcm = test_signal(2 * 24000, 24000, 3);
     write_audio_file(dir() / "ref.wav", pcm, 24000, AudioFormat::Wav);
@@ -79,9 +54,9 @@ ScratchDir* DropInCli::scratch_ = nullptr;
 TEST_F(DropInCli, CodecCommandsRefuseAFlippedCodecByteAndLeaveNoOutput) {
   // A good codes file first, from the intact checkpoint.
   const fs::path codes = dir() / "good.codes";
-  Cli ok = drama("codec encode " + quote((dir() / "ref.wav").string()) + " -o " +
-                     quote(codes.string()) + weights(),
-                 dir());
+  CliResult ok = run_drama("codec encode " + quote((dir() / "ref.wav").string()) + " -o " +
+                               quote(codes.string()) + weights(),
+                           dir());
   ASSERT_EQ(ok.status, 0) << ok.err;
   // The copy with one byte flipped inside a tensor of codec/model.safetensors.
   const fs::path bad = dir() / "flipped";
@@ -101,13 +76,13 @@ TEST_F(DropInCli, CodecCommandsRefuseAFlippedCodecByteAndLeaveNoOutput) {
       {"voice write " + quote((dir() / "ref.wav").string()) + " --transcript 'Hello.' -o ",
        dir() / "x.voice"}};
   for (const auto& [cmd, out] : cases) {
-    const Cli r = drama(cmd + quote(out.string()) + weights(bad), dir());
+    const CliResult r = run_drama(cmd + quote(out.string()) + weights(bad), dir());
     EXPECT_EQ(r.status, 1) << cmd << "\n" << r.err;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find("codec/model.safetensors"), std::string::npos) << r.err;
     EXPECT_FALSE(fs::exists(out)) << out;
     // The intact checkpoint works for the same command.
-    const Cli good = drama(cmd + quote(out.string()) + weights(), dir());
+    const CliResult good = run_drama(cmd + quote(out.string()) + weights(), dir());
     EXPECT_EQ(good.status, 0) << cmd << "\n" << good.err;
     EXPECT_TRUE(fs::exists(out));
   }
@@ -117,30 +92,31 @@ TEST_F(DropInCli, CodecCommandsUseTheDefaultModelWhenNoneIsGiven) {
   // DRAMA_CACHE is this suite's directory: the bundled mini model is generated there, verified
   // against its pinned manifest and used, as `say` and `serve` do.
   const fs::path voice = dir() / "default.voice";
-  const Cli r = drama("voice write " + quote((dir() / "ref.wav").string()) +
-                          " --transcript 'Hello.' --threads 1 -o " + quote(voice.string()),
-                      dir());
+  const CliResult r =
+      run_drama("voice write " + quote((dir() / "ref.wav").string()) +
+                    " --transcript 'Hello.' --threads 1 -o " + quote(voice.string()),
+                dir());
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("(pinned:"), std::string::npos) << r.err;
   EXPECT_TRUE(fs::exists(voice));
   const fs::path codes = dir() / "default.codes";
-  const Cli e = drama("codec encode " + quote((dir() / "ref.wav").string()) + " --threads 1 -o " +
-                          quote(codes.string()),
-                      dir());
+  const CliResult e = run_drama("codec encode " + quote((dir() / "ref.wav").string()) +
+                                    " --threads 1 -o " + quote(codes.string()),
+                                dir());
   EXPECT_EQ(e.status, 0) << e.err;
-  const Cli d = drama("codec decode " + quote(codes.string()) + " --threads 1 -o " +
-                          quote((dir() / "default.opus").string()),
-                      dir());
+  const CliResult d = run_drama("codec decode " + quote(codes.string()) + " --threads 1 -o " +
+                                    quote((dir() / "default.opus").string()),
+                                dir());
   EXPECT_EQ(d.status, 0) << d.err;
   EXPECT_EQ(read_text_file(dir() / "default.opus").substr(0, 4), "OggS");
 }
 
 TEST_F(DropInCli, CheckpointWithoutManifestSaysToNameOne) {
-  const Cli r = drama("say hello -o " + quote((dir() / "m.wav").string()) + " --checkpoint " +
-                          quote(ckpt().string()) + " --threads 1",
-                      dir());
+  const CliResult r = run_drama("say hello -o " + quote((dir() / "m.wav").string()) +
+                                    " --checkpoint " + quote(ckpt().string()) + " --threads 1",
+                                dir());
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("files bad"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--manifest " + (ckpt() / "manifest.json").string()), std::string::npos)
       << r.err;
@@ -150,7 +126,7 @@ TEST_F(DropInCli, CheckpointWithoutManifestSaysToNameOne) {
 TEST_F(DropInCli, SayFollowsTheExtensionAndRefusesUnknownOnes) {
   for (const char* ext : {"wav", "flac", "pcm", "mp3", "opus"}) {
     const fs::path out = dir() / (std::string("say.") + ext);
-    const Cli r = drama(
+    const CliResult r = run_drama(
         "say 'Hello there.' --seed 3 --max-frames 6 -o " + quote(out.string()) + weights(), dir());
     ASSERT_EQ(r.status, 0) << ext << ": " << r.err;
     const std::string b = read_text_file(out);
@@ -166,22 +142,23 @@ TEST_F(DropInCli, SayFollowsTheExtensionAndRefusesUnknownOnes) {
                                                            : "fLaC";
     EXPECT_EQ(b.substr(0, magic.size()), magic) << ext;
   }
-  const Cli bad = drama("say hi -o " + quote((dir() / "say.xyz").string()) + weights(), dir());
+  const CliResult bad =
+      run_drama("say hi -o " + quote((dir() / "say.xyz").string()) + weights(), dir());
   EXPECT_EQ(bad.status, 2) << bad.err;
-  EXPECT_EQ(lines(bad.err), 1) << bad.err;
+  EXPECT_EQ(count_lines(bad.err), 1) << bad.err;
   EXPECT_NE(bad.err.find("wav, flac, pcm, mp3 or opus"), std::string::npos) << bad.err;
   EXPECT_FALSE(fs::exists(dir() / "say.xyz"));
 }
 
 TEST_F(DropInCli, VersionAndHelpDefaults) {
-  const Cli v = drama("--version", dir());
+  const CliResult v = run_drama("--version", dir());
   EXPECT_EQ(v.status, 0);
   EXPECT_EQ(v.out.rfind("drama ", 0), 0u) << v.out;
-  const Cli say = drama("say --help", dir());
+  const CliResult say = run_drama("say --help", dir());
   EXPECT_EQ(say.status, 0);
   for (const char* d : {"=out.wav", "=paired", "=mini", "=auto", "=1 ", "=60 "})
     EXPECT_NE(say.out.find(d), std::string::npos) << d << " missing in:\n" << say.out;
-  const Cli serve = drama("serve --help", dir());
+  const CliResult serve = run_drama("serve --help", dir());
   for (const char* d : {"=127.0.0.1", "=8080", "1024]=4", "--api-key", "--voice-alias"})
     EXPECT_NE(serve.out.find(d), std::string::npos) << d << " missing in:\n" << serve.out;
 }
@@ -221,11 +198,11 @@ class SharedLimit : public DropInCli, public ::testing::WithParamInterface<Limit
 TEST_P(SharedLimit, SayAndTheServerGiveTheSameAnswer) {
   const Limit& l = GetParam();
   LimitServer s(dir() / "limit-voices");
-  const Cli r = drama(
+  const CliResult r = run_drama(
       "say hi -o " + quote((dir() / "lim.wav").string()) + " " + l.cli + " " + l.value + weights(),
       dir());
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
   ASSERT_NE(r.err.find(l.cli), std::string::npos) << r.err;
   const std::string cli_rule = r.err.substr(r.err.find(l.cli) + l.cli.size());
   Reply h =
@@ -258,9 +235,9 @@ TEST_P(ReferenceLimit, VoiceWriteAndTheServerGiveTheSameAnswer) {
   std::vector<float> pcm = test_signal(int64_t(seconds * 8000), 8000, 5);
   const fs::path ref = dir() / "limit-ref.wav";
   write_audio_file(ref, pcm, 8000, AudioFormat::Wav);
-  const Cli r = drama("voice write " + quote(ref.string()) + " --transcript t -o " +
-                          quote((dir() / "lim.voice").string()) + weights(),
-                      dir());
+  const CliResult r = run_drama("voice write " + quote(ref.string()) + " --transcript t -o " +
+                                    quote((dir() / "lim.voice").string()) + weights(),
+                                dir());
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_FALSE(fs::exists(dir() / "lim.voice"));
   ASSERT_NE(r.err.find("; a reference"), std::string::npos) << r.err;

@@ -19,6 +19,7 @@
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "format/voice.h"
+#include "support/drama_cli.h"
 #include "util/sampling.h"
 
 namespace drama::testing {
@@ -35,12 +36,6 @@ inline std::string source_dir() {
 }
 inline std::string python() {
   return env_or("DRAMA_PYTHON", "/usr/bin/python3");
-}
-
-inline std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
 }
 
 // A fresh directory for one test binary, removed at exit unless DRAMA_KEEP_TMP is set.

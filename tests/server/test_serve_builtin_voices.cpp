@@ -17,6 +17,7 @@
 #include "server/base64.h"
 #include "server/http_test_util.h"
 #include "server/server_process.h"
+#include "support/drama_cli.h"
 #include "support/scratch_dir.h"
 #include "util/fs.h"
 
@@ -27,34 +28,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kTranscript = "The held out words of speaker A.";
-
-struct Cli {
-  int status = -1;
-  std::string err;
-};
-
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
-
-// Runs drama in `cwd` (say resolves a bare --voice value there).
-Cli drama(const std::string& args, const fs::path& cwd) {
-  const fs::path err = cwd / "stderr.txt";
-  const std::string cmd = "cd " + quote(cwd.string()) + " && " +
-                          quote(env_or("DRAMA_BIN", "drama")) + " " + args + " 2>" +
-                          quote(err.string()) + " >/dev/null";
-  const int raw = std::system(cmd.c_str());
-  Cli r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.err = read_text_file(err);
-  return r;
-}
-
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
 
 void flip_byte(const fs::path& p, size_t from_end) {
   std::vector<uint8_t> b = read_file(p);
@@ -69,22 +42,22 @@ class ServeBuiltinVoices : public ::testing::Test {
     scratch_ = new ScratchDir("serve-builtin");
     // Own cache (device locks, default voices) so parallel tests and other servers don't collide.
     setenv("DRAMA_CACHE", (dir() / "cache").c_str(), 1);
-    Cli r = drama("make-checkpoint --config " +
-                      quote(env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json") +
-                      " --seed 1 --nvfp4 -o " + quote(ckpt().string()),
-                  dir());
+    CliResult r = run_drama("make-checkpoint --config " +
+                                quote(env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json") +
+                                " --seed 1 --nvfp4 -o " + quote(ckpt().string()),
+                            dir());
     ASSERT_EQ(r.status, 0) << r.err;
     write_audio_file(ref_wav(), test_signal(2 * 24000, 24000, 3), 24000, AudioFormat::Wav);
     before_ = new Manifest(load_manifest(ckpt() / "manifest.json"));
-    r = drama("voice write " + quote(ref_wav().string()) + " --transcript " + quote(kTranscript) +
-                  " --into " + quote(ckpt().string()) +
-                  " --id corpus_a --name 'Corpus speaker A' --threads 1",
-              dir());
+    r = run_drama("voice write " + quote(ref_wav().string()) + " --transcript " +
+                      quote(kTranscript) + " --into " + quote(ckpt().string()) +
+                      " --id corpus_a --name 'Corpus speaker A' --threads 1",
+                  dir());
     ASSERT_EQ(r.status, 0) << r.err;
     // The same voice as a file, from the same checkpoint's codec.
-    r = drama("voice write " + quote(ref_wav().string()) + " --transcript " + quote(kTranscript) +
-                  " -o " + quote(user_voice().string()) + weights(),
-              dir());
+    r = run_drama("voice write " + quote(ref_wav().string()) + " --transcript " +
+                      quote(kTranscript) + " -o " + quote(user_voice().string()) + weights(),
+                  dir());
     ASSERT_EQ(r.status, 0) << r.err;
   }
   static void TearDownTestSuite() {
@@ -140,9 +113,9 @@ TEST_F(ServeBuiltinVoices, VoiceWriteIntoAddsTheVoiceAndRePinsTheManifest) {
            {head + into + " --id b -o x.voice", 2, "one of them"},
            {head + " --id b -o x.voice", 2, "--id goes with --into"},
            {head + into + " --id corpus_a", 1, "built-in voice 'corpus_a' already exists"}}) {
-    const Cli r = drama(args, dir());
+    const CliResult r = run_drama(args, dir());
     EXPECT_EQ(r.status, status) << args << "\n" << r.err;
-    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(count_lines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(needle), std::string::npos) << "missing '" << needle << "' in " << r.err;
   }
   EXPECT_EQ(manifest_to_json(load_manifest(ckpt() / "manifest.json")), manifest_to_json(m));
@@ -214,29 +187,30 @@ TEST_F(ServeBuiltinVoices, ServeListsUsesAndProtectsThem) {
 
 TEST_F(ServeBuiltinVoices, SayTakesABuiltInIdLikeAVoiceFile) {
   const std::string say = "say 'Speak with the built-in voice.' --seed 77 --max-duration 1";
-  Cli r =
-      drama(say + " --voice corpus_a -o " + quote((dir() / "a.wav").string()) + weights(), dir());
+  CliResult r = run_drama(
+      say + " --voice corpus_a -o " + quote((dir() / "a.wav").string()) + weights(), dir());
   ASSERT_EQ(r.status, 0) << r.err;
-  r = drama(say + " --voice " + quote(user_voice().string()) + " -o " +
-                quote((dir() / "b.wav").string()) + weights(),
-            dir());
+  r = run_drama(say + " --voice " + quote(user_voice().string()) + " -o " +
+                    quote((dir() / "b.wav").string()) + weights(),
+                dir());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(read_file(dir() / "a.wav"), read_file(dir() / "b.wav"));
-  r = drama(say + " -o " + quote((dir() / "c.wav").string()) + weights(), dir());
+  r = run_drama(say + " -o " + quote((dir() / "c.wav").string()) + weights(), dir());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(read_file(dir() / "a.wav"), read_file(dir() / "c.wav"));
 
-  r = drama(say + " --voice nobody -o x.wav" + weights(), dir());
+  r = run_drama(say + " --voice nobody -o x.wav" + weights(), dir());
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_EQ(lines(r.err), 2) << r.err;  // the checkpoint line, then the refusal
+  EXPECT_EQ(count_lines(r.err), 2) << r.err;  // the checkpoint line, then the refusal
   EXPECT_NE(r.err.find("no built-in voice 'nobody' (built-in voices: corpus_a)"), std::string::npos)
       << r.err;
   // A file in the working directory with a built-in voice's name: ambiguous, refused.
   fs::copy_file(user_voice(), dir() / "corpus_a");
-  r = drama(say + " --voice corpus_a -o x.wav" + weights(), dir());
+  r = run_drama(say + " --voice corpus_a -o x.wav" + weights(), dir());
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("write ./corpus_a for the file"), std::string::npos) << r.err;
-  r = drama(say + " --voice ./corpus_a -o " + quote((dir() / "d.wav").string()) + weights(), dir());
+  r = run_drama(say + " --voice ./corpus_a -o " + quote((dir() / "d.wav").string()) + weights(),
+                dir());
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(read_file(dir() / "a.wav"), read_file(dir() / "d.wav"));
   fs::remove(dir() / "corpus_a");
@@ -251,10 +225,11 @@ TEST_F(ServeBuiltinVoices, AFlippedByteOrAnUnlistedVoiceFileStopsTheLoad) {
     EXPECT_FALSE(s.ready());
     EXPECT_EQ(s.terminate(), 1);
     const std::string log = s.log_text();
-    EXPECT_EQ(lines(log), 1) << log;
+    EXPECT_EQ(count_lines(log), 1) << log;
     EXPECT_NE(log.find("voices/corpus_a.voice: sha256 mismatch"), std::string::npos) << log;
   }
-  Cli r = drama("say 'x' -o " + quote((dir() / "t.wav").string()) + weights(tampered), dir());
+  CliResult r =
+      run_drama("say 'x' -o " + quote((dir() / "t.wav").string()) + weights(tampered), dir());
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("voices/corpus_a.voice: sha256 mismatch"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir() / "t.wav"));
@@ -269,7 +244,7 @@ TEST_F(ServeBuiltinVoices, AFlippedByteOrAnUnlistedVoiceFileStopsTheLoad) {
     EXPECT_FALSE(s.ready());
     EXPECT_EQ(s.terminate(), 1);
     const std::string log = s.log_text();
-    EXPECT_EQ(lines(log), 2) << log;  // the checkpoint line, then the refusal
+    EXPECT_EQ(count_lines(log), 2) << log;  // the checkpoint line, then the refusal
     EXPECT_NE(log.find("voices/extra.json is not listed in manifest"), std::string::npos) << log;
   }
 }

@@ -19,6 +19,7 @@
 #include "format/manifest.h"
 #include "server/http_test_util.h"
 #include "server/server_process.h"
+#include "support/drama_cli.h"
 #include "support/scratch_dir.h"
 #include "util/fs.h"
 
@@ -30,33 +31,9 @@ using nlohmann::json;
 
 constexpr const char* kPlaceholderRepo = "local/drama-mini-placeholder";
 
-struct Cli {
-  int status = -1;
-  std::string err;
-};
-
-std::string quote(const std::string& s) {
-  return "'" + s + "'";
-}
-
-// Runs drama with the bundled models looked for under `models` only.
-Cli drama(const std::string& args, const fs::path& models, const fs::path& cwd) {
-  const fs::path err = cwd / "stderr.txt";
-  const std::string cmd = "cd " + quote(cwd.string()) +
-                          " && DRAMA_MODELS_DIR=" + quote(models.string()) + " " +
-                          quote(env_or("DRAMA_BIN", "drama")) + " " + args + " 2>" +
-                          quote(err.string()) + " >/dev/null";
-  const int raw = std::system(cmd.c_str());
-  Cli r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  r.err = read_text_file(err);
-  return r;
-}
-
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
+// Runs drama in `cwd` with the bundled models looked for under `models` only.
+CliResult drama(const std::string& args, const fs::path& models, const fs::path& cwd) {
+  return run_drama(args, cwd, "DRAMA_MODELS_DIR=" + quote(models.string()) + " ");
 }
 
 class BundledDefault : public ::testing::Test {
@@ -69,7 +46,7 @@ class BundledDefault : public ::testing::Test {
     pin_ = new Manifest(load_manifest(src + "/checkpoints/drama-mini.json"));
     fs::create_directories(models());
     if (pin_->repo == kPlaceholderRepo) {
-      const Cli r =
+      const CliResult r =
           drama("make-checkpoint --config " + quote(src + "/tools/train/drama-mini.json") +
                     " --seed 1 --nvfp4 -o " + quote(bundled().string()),
                 dir() / "none", dir());
@@ -115,8 +92,8 @@ ScratchDir* BundledDefault::scratch_ = nullptr;
 Manifest* BundledDefault::pin_ = nullptr;
 
 TEST_F(BundledDefault, SayAndVoiceWriteDefaultToItReadInPlace) {
-  Cli r = drama("say Hello --backend cpu --threads 1 --seed 1 --max-frames 4 -o a.wav", models(),
-                dir());
+  CliResult r = drama("say Hello --backend cpu --threads 1 --seed 1 --max-frames 4 -o a.wav",
+                      models(), dir());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("drama: checkpoint " + bundled().string() + " (" + pinned_label() + ")"),
             std::string::npos)
@@ -160,9 +137,9 @@ TEST_F(BundledDefault, TamperedOrPartialIsRefusedWithOneLineAndLeftAsItIs) {
   std::string text = read_text_file(config);
   text.back() = text.back() == ' ' ? '\n' : ' ';
   std::ofstream(config, std::ios::binary | std::ios::trunc) << text;
-  Cli r = drama("say Hello --backend cpu --threads 1 -o t.wav", tampered, dir());
+  CliResult r = drama("say Hello --backend cpu --threads 1 -o t.wav", tampered, dir());
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("config.json: sha256 mismatch"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(dir() / "t.wav"));
   EXPECT_EQ(read_text_file(config), text);  // not repaired
@@ -171,7 +148,7 @@ TEST_F(BundledDefault, TamperedOrPartialIsRefusedWithOneLineAndLeftAsItIs) {
   fs::remove(partial / "drama-mini" / "codec" / "model.safetensors");
   r = drama("say Hello --backend cpu --threads 1 -o p.wav", partial, dir());
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("codec/model.safetensors: missing"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(partial / "drama-mini" / "codec" / "model.safetensors"));  // no repair
   EXPECT_FALSE(fs::exists(dir() / "cache" / pin_->name));                            // no copy
@@ -179,8 +156,8 @@ TEST_F(BundledDefault, TamperedOrPartialIsRefusedWithOneLineAndLeftAsItIs) {
 
 TEST_F(BundledDefault, WithoutItOrWithWeightsMiniTheRandomMiniModelRuns) {
   const std::string mini = "(pinned:local/drama-3-mini-random@";
-  Cli r = drama("say Hello --backend cpu --threads 1 --seed 1 --max-frames 2 -o m.wav",
-                dir() / "no-models", dir());
+  CliResult r = drama("say Hello --backend cpu --threads 1 --seed 1 --max-frames 2 -o m.wav",
+                      dir() / "no-models", dir());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find(mini), std::string::npos) << r.err;
   r = drama("say Hello --weights mini --backend cpu --threads 1 --seed 1 --max-frames 2 -o n.wav",
@@ -191,7 +168,7 @@ TEST_F(BundledDefault, WithoutItOrWithWeightsMiniTheRandomMiniModelRuns) {
   // Asked for by name when it is not bundled: one line saying where it was looked for.
   r = drama("say Hello --weights drama-mini --backend cpu -o x.wav", dir() / "no-models", dir());
   EXPECT_EQ(r.status, 1) << r.err;
-  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(
       r.err.find("none was found (looked in: " + (dir() / "no-models" / "drama-mini").string()),
       std::string::npos)

@@ -10,6 +10,7 @@ each; tests/train/test_train_smoke.cpp runs them in CTest.
   verifies it; `drama say` with a built-in voice gives the same bytes twice; it refuses an
   existing destination and a model over its size limit, leaving nothing behind."""
 
+import contextlib
 import json
 import math
 import os
@@ -167,6 +168,40 @@ class Encode(unittest.TestCase):
             self.assertTrue(torch.equal(batched[j, :frames[j]], alone), j)
 
 
+class PlainSgd:
+    """p -= 1e-4 grad, without host reads: a stand-in for AdamW(capturable=True), which CPU
+    torch cannot run (its own reads are torch's)."""
+
+    def __init__(self, params):
+        self.params = list(params)
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        for p in self.params:
+            if p.grad is not None:
+                p.sub_(1e-4 * p.grad)
+
+
+@contextlib.contextmanager
+def no_host_reads():
+    """Every read of a tensor's value on the host raises inside (what a CUDA graph forbids)."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a host read inside the step")
+    names = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__")
+    saved = {n: getattr(torch.Tensor, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.Tensor, n, refuse)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.Tensor, n, f)
+
+
 class GraphSafety(unittest.TestCase):
     def test_codec_step_reads_nothing_from_the_host(self):
         """The codec step is captured as a CUDA graph on the GPU (tools/train/cuda_graph.py):
@@ -179,38 +214,16 @@ class GraphSafety(unittest.TestCase):
         c = codec_lib.Codec(config["codec"], 4)
         disc = codec_lib.StftDiscriminator(4)
 
-        class Sgd:  # p -= 1e-4 grad, without host reads
-            def __init__(self, params):
-                self.params = list(params)
-
-            def zero_grad(self, set_to_none=True):
-                for p in self.params:
-                    p.grad = None
-
-            @torch.no_grad()
-            def step(self):
-                for p in self.params:
-                    if p.grad is not None:
-                        p.sub_(1e-4 * p.grad)
-        opt, opt_d = Sgd(c.params.values()), Sgd(disc.parameters())
+        opt, opt_d = PlainSgd(c.params.values()), PlainSgd(disc.parameters())
         fn = train.codec_step_fn(c, disc, opt, opt_d, codec_lib.SpectralLoss(24000), r)
         g = torch.Generator().manual_seed(3)
         x = lambda: torch.randn(2, 9600, generator=g) * 0.1  # noqa: E731
         fn(False, {"x": x(), "keep": c.keep_mask(8)})  # initialises the codebooks
         fn(True, {"x": x(), "keep": c.keep_mask(8)})  # optimizer state of the discriminator
 
-        def refuse(*_args, **_kwargs):
-            raise AssertionError("a host read inside the step")
-        names = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__")
-        saved = {n: getattr(torch.Tensor, n) for n in names}
-        try:
-            for n in names:
-                setattr(torch.Tensor, n, refuse)
+        with no_host_reads():
             for adv, n_q in ((False, 3), (True, 1), (True, 8)):
                 out = fn(adv, {"x": x(), "keep": c.keep_mask(n_q)})
-        finally:
-            for n, f in saved.items():
-                setattr(torch.Tensor, n, f)
         self.assertTrue(all(bool(torch.isfinite(v)) for v in out.values()))
 
     def test_model_step_reads_nothing_from_the_host_and_padding_changes_no_loss(self):
@@ -227,33 +240,10 @@ class GraphSafety(unittest.TestCase):
         for name in ("codebook0", "tower"):
             self.assertLess(abs(float(a[name]) - float(b[name])), 1e-5 * abs(float(a[name])), name)
 
-        class Sgd:
-            def __init__(self, params):
-                self.params = list(params)
-
-            def zero_grad(self, set_to_none=True):
-                for p in self.params:
-                    p.grad = None
-
-            @torch.no_grad()
-            def step(self):
-                for p in self.params:
-                    if p.grad is not None:
-                        p.sub_(1e-4 * p.grad)
-        fn = train.model_step_fn(m, Sgd(m.params.values()), {"balance_weight": 0.01}, autocast=False,
-                                 graphed=True)
-        names = ("item", "tolist", "numpy", "__bool__", "__int__", "__float__")
-        saved = {n: getattr(torch.Tensor, n) for n in names}
-
-        def refuse(*_args, **_kwargs):
-            raise AssertionError("a host read inside the step")
-        try:
-            for n in names:
-                setattr(torch.Tensor, n, refuse)
+        fn = train.model_step_fn(m, PlainSgd(m.params.values()), {"balance_weight": 0.01},
+                                 autocast=False, graphed=True)
+        with no_host_reads():
             out = fn(None, padded)
-        finally:
-            for n, f in saved.items():
-                setattr(torch.Tensor, n, f)
         self.assertTrue(all(bool(torch.isfinite(v)) for v in out.values()))
 
     def test_kept_codebooks_alone_make_the_embedding(self):
