@@ -58,9 +58,19 @@ bool is_safe_code_point(uint32_t c) {
          (c >= 0xa0 && c <= 0x24f) || (c >= 0x2010 && c <= 0x2027);
 }
 
+// espeak-ng 1.51 overflows a stack buffer on a long word after an abbreviation ("P." and 170
+// letters: stack smashing in espeak_TextToPhonemes, found by fuzz/fuzz_text_frontend.cpp): a
+// run of non-space bytes gets a space after every kMaxWordBytes (at a code point boundary), far
+// below its 160-byte word buffer. No English word comes near it.
+constexpr size_t kMaxWordBytes = 64;
+
+bool is_space_byte(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
 std::string safe_text(const std::string& text) {
   std::string out;
-  size_t i = 0;
+  size_t i = 0, word = 0;
   const size_t n = text.find('\0') == std::string::npos ? text.size() : text.find('\0');
   while (i < n) {
     const unsigned char b = static_cast<unsigned char>(text[i]);
@@ -79,10 +89,16 @@ std::string safe_text(const std::string& text) {
     // Shortest form only (no overlong encodings), no surrogates, nothing above U+10FFFF.
     static constexpr uint32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
     valid = valid && c >= kMin[len] && c <= 0x10ffff && !(c >= 0xd800 && c <= 0xdfff);
-    if (valid && is_safe_code_point(c))
+    const bool keep = valid && is_safe_code_point(c);
+    if (keep && !is_space_byte(text[i]) && word + len > kMaxWordBytes) {
+      out += ' ';
+      word = 0;
+    }
+    if (keep)
       out.append(text, i, len);
     else
       out += ' ';
+    word = keep && !is_space_byte(text[i]) ? word + len : 0;
     i += valid ? len : 1;
   }
   return out;

@@ -22,19 +22,22 @@ using namespace drama::testing;
 using nlohmann::json;
 
 const std::vector<std::string> kTexts = {
-    "Hello, world!",
-    "Dr. Smith paid $5.50 on 3/4/2021; Mr. Jones owes 1,234 dollars.",
+    "Hello, world!", "Dr. Smith paid $5.50 on 3/4/2021; Mr. Jones owes 1,234 dollars.",
     "The meeting is on Monday, January 5th, at 10:30 a.m. Is that OK?",
-    "He said \"yes.\" Then he left...",
-    "Café, éclair. Über alles",
-    "I can breathe better when the air is clean",
-    "",
-    "   ",
-    "...",
+    "He said \"yes.\" Then he left...", "Café, éclair. Über alles",
+    "I can breathe better when the air is clean", "", "   ", "...",
     "NASA and the FBI met in 1999 (really?)",
     std::string("Up to a NUL\0 and never beyond it.", 34),  // both read a C string
     "Привет, world; Ռ and 東京 too.",  // other scripts become spaces (no language switch)
     "Then.H..",                        // espeak-ng leaves a pending "dot": flushed
+    // espeak-ng 1.51 smashed its stack on a long word after an abbreviation (the fuzzer's
+    // input with its invalid bytes as spaces, then the shortest form found): words are cut
+    // every 64 bytes before it reads them.
+    " \r\r\r\r \r\r\r\r\r\r\r\r\r\r\r\r\rP.PPPPPPPP\r\r\r\r  P.PPPP" + std::string(130, 'E') +
+        std::string(44, 'P'),
+    "P." + std::string(170, 'E'),
+    std::string(63, 'a') + "\u00e9\u00e9 and " +
+        std::string(200, 'z'),  // a cut between code points
 };
 
 Drama3Config espeak_config() {
@@ -90,6 +93,21 @@ TEST(TextFrontend, EspeakIpaIsDeterministicAcrossThreads) {
     });
   for (auto& t : threads) t.join();
   for (int w = 0; w < 4; ++w) EXPECT_EQ(mismatches[w], 0) << "thread " << w;
+}
+
+TEST(TextFrontend, TheFuzzersStackSmashingInputGivesTokens) {
+  if (!espeak_ipa_available()) GTEST_SKIP() << "built without libespeak-ng";
+  // fuzz/fuzz_text_frontend.cpp's finding (CI, 2026-12-01): libespeak-ng aborted with "stack
+  // smashing detected" before words were cut; its invalid bytes read as spaces.
+  const std::string raw =
+      "\x9e\r\r\r\r\x9e\r\r\r\r\r\r\r\r\r\r\r\r\rP.PPPPPPPP\r\r\r\r\x9e P.PPPP" +
+      std::string(130, 'E') + std::string(44, 'P');
+  std::string spaced = raw;
+  for (char& c : spaced)
+    if (c == '\x9e') c = ' ';
+  const std::string ipa = espeak_ipa(raw, "en-us");
+  EXPECT_FALSE(ipa.empty());
+  EXPECT_EQ(ipa, espeak_ipa(spaced, "en-us"));
 }
 
 TEST(TextFrontend, InvalidUtf8GivesTheSameTokensTwice) {

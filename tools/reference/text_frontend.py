@@ -58,6 +58,25 @@ def _is_safe(c):
     return c in (9, 10, 13) or 0x20 <= c <= 0x7E or 0xA0 <= c <= 0x24F or 0x2010 <= c <= 0x2027
 
 
+MAX_WORD_BYTES = 64
+
+
+def _split_long_words(text):
+    """A space after every MAX_WORD_BYTES bytes of a run of non-space characters, at character
+    boundaries (the engine's safe_text: espeak-ng 1.51 overflows a stack buffer on a long word
+    after an abbreviation)."""
+    out, word = [], 0
+    for c in text:
+        n = len(c.encode("utf-8"))
+        space = c in " \t\n\r"
+        if not space and word + n > MAX_WORD_BYTES:
+            out.append(" ")
+            word = 0
+        out.append(c)
+        word = 0 if space else word + n
+    return "".join(out)
+
+
 def espeak_ipa(text, language="en-us"):
     """The IPA string (UTF-8 bytes) of `text`, as the engine's espeak-ipa frontend makes it."""
     with _lock:
@@ -68,7 +87,7 @@ def espeak_ipa(text, language="en-us"):
                 raise ValueError(f"text.language \"{language}\": espeak-ng has no such voice")
             _state["language"] = language
         text = text.split("\0")[0]  # espeak-ng reads a C string
-        data = "".join(c if _is_safe(c) else " " for c in text).encode("utf-8")
+        data = _split_long_words("".join(c if _is_safe(c) else " " for c in text)).encode("utf-8")
         buffer = ctypes.create_string_buffer(data)
         base = ctypes.addressof(buffer)
         cursor = ctypes.c_void_p(base)
