@@ -1,15 +1,17 @@
-// AVX2 + FMA matrix products, the fallback for CPUs without AVX-512. NVFP4 follows the AVX-512
-// scheme on 256-bit vectors: a group is 4 blocks (64 inputs, 32 code bytes, one block per 64-bit
-// lane); shifting the lanes right by 4p exposes codes p and p+8 of each block; vpermps (3 index
-// bits) maps the magnitude and bit 3 is moved into the float's sign. Partial sums per group are
-// scaled by the 4 block scales in one FMA. A partial last group is copied into a zeroed buffer.
-// BF16 widens weights by a shift and uses FMA. Same tiles and invariance as the AVX-512 path.
+// AVX2 + FMA matrix products, the fallback for CPUs without AVX-512. NVFP4: a group is 4 blocks
+// (64 inputs, 32 code bytes); vpshufb maps each code to the high and the low byte of its
+// bfloat16 (sign included), the bytes are interleaved into words and widened to floats by a shift
+// or a mask, so 64 weights cost 19 integer operations (the vpermps decode before it took 31).
+// Block scales come from a 256-entry table of the e4m3 values. Partial sums of two blocks at a
+// time are scaled in one FMA. A partial last group is copied into a zeroed buffer. BF16 widens
+// weights by a shift and uses FMA. Same tiles and invariance as the AVX-512 path.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/linear.h"
+#include "util/dtype.h"
 
 #define DRAMA_AVX2 __attribute__((target("avx2,fma")))
 
@@ -18,71 +20,89 @@ namespace {
 
 constexpr int64_t kGroup = 64;  // inputs per group: 4 blocks, 32 code bytes, 4 scales
 
-// e2m1 magnitudes as float bits, each XORed with its own 3-bit index at bits 28-30: decode()
-// XORs in the whole nibble shifted to bits 28-31, which cancels those bits again and leaves the
-// sign bit (nibble bit 3) in bit 31. One XOR replaces an AND of the sign and an XOR.
-struct MagnitudeTable {
-  alignas(32) uint32_t bits[8];
+// e2m1 codes (sign in bit 3) as the high and the low byte of their bfloat16, for vpshufb.
+struct ByteTables {
+  alignas(32) uint8_t hi[32], lo[32];
 };
-constexpr MagnitudeTable make_magnitude_table() {
-  constexpr uint32_t kF32[8] = {0x00000000u, 0x3f000000u, 0x3f800000u, 0x3fc00000u,
-                                0x40000000u, 0x40400000u, 0x40800000u, 0x40c00000u};
-  MagnitudeTable t{};
-  for (uint32_t i = 0; i < 8; ++i) t.bits[i] = kF32[i] ^ (i << 28);
+constexpr ByteTables make_byte_tables() {
+  constexpr uint16_t kBf16[8] = {0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0};
+  ByteTables t{};
+  for (int i = 0; i < 32; ++i) {
+    const uint16_t v = static_cast<uint16_t>(kBf16[i & 7] | ((i & 8) ? 0x8000 : 0));
+    t.hi[i] = static_cast<uint8_t>(v >> 8);
+    t.lo[i] = static_cast<uint8_t>(v);
+  }
   return t;
 }
-constexpr MagnitudeTable kMagnitude = make_magnitude_table();
+constexpr ByteTables kBytes = make_byte_tables();
 
-DRAMA_AVX2 inline __m256 e4m3_to_ps(__m256i b) {
-  const __m256i mag = _mm256_and_si256(b, _mm256_set1_epi32(0x7f));
-  const __m256 f =
-      _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), _mm256_set1_ps(0x1.0p120f));
-  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
-  const __m256 r = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(f), sign));
-  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f)));
-  return _mm256_blendv_ps(r, _mm256_set1_ps(__builtin_nanf("")), nan);
-}
-
-// Codes in the low 4 bits of each dword to floats (the bits above them do not matter).
-DRAMA_AVX2 inline __m256 decode(__m256i idx, __m256 table) {
-  const __m256 mag = _mm256_permutevar8x32_ps(table, idx);
-  return _mm256_castsi256_ps(
-      _mm256_xor_si256(_mm256_castps_si256(mag), _mm256_slli_epi32(idx, 28)));
+// Every e4m3 byte as its float (NaN for 0x7f and 0xff), from the scalar definition.
+struct ScaleTable {
+  float f[256];
+  ScaleTable() {
+    for (int i = 0; i < 256; ++i) f[i] = e4m3_to_f32(static_cast<uint8_t>(i));
+  }
+};
+const ScaleTable& scale_table() {
+  static const ScaleTable t;
+  return t;
 }
 
 inline void prefetch(const void* p) {
   _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
 }
 
-template <int T, int R>
-DRAMA_AVX2 inline __attribute__((always_inline)) void nvfp4_group(const uint8_t* const (&c)[T],
-                                                                  const uint8_t* const (&s)[T],
-                                                                  const float* const (&x)[R],
-                                                                  __m256 table,
-                                                                  __m256 (&acc)[T][R]) {
-  __m256i q[T];
-  for (int t = 0; t < T; ++t) q[t] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c[t]));
-  __m256 part[2][T][R];
-#pragma GCC unroll 8
-  for (int p = 0; p < 8; ++p) {
-    __m256 xv[R];
-    for (int i = 0; i < R; ++i) xv[i] = _mm256_loadu_ps(x[i] + p * 8);
-    for (int t = 0; t < T; ++t) {
-      const __m256 wv = decode(p == 0 ? q[t] : _mm256_srli_epi64(q[t], 4 * p), table);
-      for (int i = 0; i < R; ++i) {
-        __m256& sum = part[p & 1][t][i];
-        sum = p < 2 ? _mm256_mul_ps(wv, xv[i]) : _mm256_fmadd_ps(wv, xv[i], sum);
+// One group of one column decoded: w[k] for k = 4u + 2s + e holds, in lane l (d = l % 4,
+// h = l / 4), the weight of input 16 (u + 2h) + 4d + 2e + s: s picks the nibble, e the byte of
+// a pair, u and h the block. Bytes become bfloat16 through two vpshufb tables, then floats by a
+// shift (even words) or a mask (odd words). scale[u] holds the scales of blocks u and u + 2, each
+// over the 4 lanes of its half.
+struct Decoder {
+  __m256i hi, lo, nibble, odd;
+  const float* scales;
+  DRAMA_AVX2 Decoder()
+      : hi(_mm256_load_si256(reinterpret_cast<const __m256i*>(kBytes.hi))),
+        lo(_mm256_load_si256(reinterpret_cast<const __m256i*>(kBytes.lo))),
+        nibble(_mm256_set1_epi8(0x0f)),
+        odd(_mm256_set1_epi32(static_cast<int>(0xffff0000u))),
+        scales(scale_table().f) {}
+
+  DRAMA_AVX2 inline __attribute__((always_inline)) void weights(const uint8_t* c,
+                                                                __m256 (&w)[8]) const {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+    const __m256i n[2] = {_mm256_and_si256(q, nibble),
+                          _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble)};
+    for (int s = 0; s < 2; ++s) {
+      const __m256i h = _mm256_shuffle_epi8(hi, n[s]), l = _mm256_shuffle_epi8(lo, n[s]);
+      const __m256i words[2] = {_mm256_unpacklo_epi8(l, h), _mm256_unpackhi_epi8(l, h)};
+      for (int u = 0; u < 2; ++u) {
+        w[4 * u + 2 * s] = _mm256_castsi256_ps(_mm256_slli_epi32(words[u], 16));
+        w[4 * u + 2 * s + 1] = _mm256_castsi256_ps(_mm256_and_si256(words[u], odd));
       }
     }
   }
-  for (int t = 0; t < T; ++t) {
-    int32_t four;
-    std::memcpy(&four, s[t], 4);
-    const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
-    const __m256 scale = e4m3_to_ps(_mm256_or_si256(b, _mm256_slli_epi64(b, 32)));
-    for (int i = 0; i < R; ++i)
-      acc[t][i] = _mm256_fmadd_ps(_mm256_add_ps(part[0][t][i], part[1][t][i]), scale, acc[t][i]);
+
+  DRAMA_AVX2 inline __attribute__((always_inline)) void block_scales(const uint8_t* s,
+                                                                     __m256 (&scale)[2]) const {
+    for (int u = 0; u < 2; ++u)
+      scale[u] =
+          _mm256_blend_ps(_mm256_set1_ps(scales[s[u]]), _mm256_set1_ps(scales[s[u + 2]]), 0xf0);
   }
+};
+
+// The arithmetic every (row, column) pair sees for one group, in this order on every path: the
+// products of the blocks (u, u + 2) summed (the first by a multiplication, then FMAs in k order),
+// then one FMA of each sum with its scales into the accumulator, u = 0 first.
+DRAMA_AVX2 inline __attribute__((always_inline)) __m256 group_dot(const __m256 (&w)[8],
+                                                                  const __m256 (&scale)[2],
+                                                                  const float* x, __m256 acc) {
+  for (int u = 0; u < 2; ++u) {
+    __m256 sum = _mm256_mul_ps(w[4 * u], _mm256_loadu_ps(x + 32 * u));
+    for (int k = 1; k < 4; ++k)
+      sum = _mm256_fmadd_ps(w[4 * u + k], _mm256_loadu_ps(x + 32 * u + 8 * k), sum);
+    acc = _mm256_fmadd_ps(sum, scale[u], acc);
+  }
+  return acc;
 }
 
 DRAMA_AVX2 inline float reduce(__m256 v) {
@@ -92,77 +112,20 @@ DRAMA_AVX2 inline float reduce(__m256 v) {
   return _mm_cvtss_f32(a);
 }
 
-template <int T, int R>
-DRAMA_AVX2 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_stride, int64_t o,
-                           int64_t r, float* y) {
-  const int64_t in = w.in, blocks = in / 16;
-  const auto* codes = static_cast<const uint8_t*>(w.data);
-  const __m256 table =
-      _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kMagnitude.bits)));
-  __m256 acc[T][R];
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < R; ++i) acc[t][i] = _mm256_setzero_ps();
-  const uint8_t* c[T];
-  const uint8_t* s[T];
-  const float* x[R];
-  // The next T columns are prefetched while these are computed (as in the AVX-512 kernels): one
-  // line of codes every other step, a line of scales every 64 blocks.
-  const bool ahead = o + 2 * T <= w.out;
-  int64_t b0 = 0;
-  for (; b0 + 4 <= blocks; b0 += 4) {
-    if (ahead && b0 % 8 == 0)
-      for (int t = 0; t < T; ++t) {
-        prefetch(codes + (o + T + t) * (in / 2) + b0 * 8);
-        if (b0 % 64 == 0) prefetch(w.scales + (o + T + t) * blocks + b0);
-      }
-    for (int t = 0; t < T; ++t) {
-      c[t] = codes + (o + t) * (in / 2) + b0 * 8;
-      s[t] = w.scales + (o + t) * blocks + b0;
-    }
-    for (int i = 0; i < R; ++i) x[i] = xp + (r + i) * xp_stride + b0 * 16;
-    nvfp4_group<T, R>(c, s, x, table, acc);
-  }
-  if (b0 < blocks) {
-    const int64_t nb = blocks - b0;
-    alignas(32) uint8_t tail_codes[T][32] = {}, tail_scales[T][4] = {};
-    for (int t = 0; t < T; ++t) {
-      std::memcpy(tail_codes[t], codes + (o + t) * (in / 2) + b0 * 8, nb * 8);
-      std::memcpy(tail_scales[t], w.scales + (o + t) * blocks + b0, nb);
-      c[t] = tail_codes[t];
-      s[t] = tail_scales[t];
-    }
-    for (int i = 0; i < R; ++i) x[i] = xp + (r + i) * xp_stride + b0 * 16;
-    nvfp4_group<T, R>(c, s, x, table, acc);
-  }
-  for (int t = 0; t < T; ++t)
-    for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = reduce(acc[t][i]) * w.scale2;
-}
-
-// Many rows (prefill chunks, experts chosen by several rows, several lanes): each group of T
-// columns is decoded once into L1 for a block of up to kRowBlock rows, whose accumulators live in
-// memory, instead of once per row pair. Every (row, column) accumulator sees the operations of
-// nvfp4_group in the same order (products of steps 0 and 1 by multiplication, later steps by FMA
-// into the partial of their parity, then one FMA with the block scales), so the bits equal the
-// row-pair tiles' and batch invariance holds across the two paths.
-constexpr int64_t kRowBlock = 16;       // (smaller blocks for long rows measured slower)
-constexpr int64_t kDecodeOnceRows = 3;  // from this many rows the decoded block is faster
-
+// The code and scale pointers of T columns' group b0, prefetching the next T columns (one line of
+// codes every other group, a line of scales every 64 blocks); a partial last group is copied
+// into zeroed buffers.
 template <int T>
-DRAMA_AVX2 void nvfp4_row_block(const LinearWeight& w, const float* xp, int64_t xp_stride,
-                                int64_t o, int64_t r0, int64_t nr, float* y) {
-  const int64_t in = w.in, blocks = in / 16;
-  const auto* codes = static_cast<const uint8_t*>(w.data);
-  const __m256 table =
-      _mm256_castsi256_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(kMagnitude.bits)));
-  __m256 acc[kRowBlock][T];
-  for (int64_t i = 0; i < nr; ++i)
-    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
-  __m256 wv[T][8], scale[T];
+struct GroupSource {
+  const LinearWeight& w;
+  int64_t o;
+  bool ahead;
   alignas(32) uint8_t tail_codes[T][32] = {}, tail_scales[T][4] = {};
-  const bool ahead = o + 2 * T <= w.out;
-  for (int64_t b0 = 0; b0 < blocks; b0 += 4) {
-    const uint8_t* c[T];
-    const uint8_t* s[T];
+  GroupSource(const LinearWeight& w_, int64_t o_) : w(w_), o(o_), ahead(o_ + 2 * T <= w_.out) {}
+
+  void at(int64_t b0, const uint8_t* (&c)[T], const uint8_t* (&s)[T]) {
+    const int64_t in = w.in, blocks = in / 16;
+    const auto* codes = static_cast<const uint8_t*>(w.data);
     if (b0 + 4 <= blocks) {
       if (ahead && b0 % 8 == 0)
         for (int t = 0; t < T; ++t) {
@@ -173,38 +136,83 @@ DRAMA_AVX2 void nvfp4_row_block(const LinearWeight& w, const float* xp, int64_t 
         c[t] = codes + (o + t) * (in / 2) + b0 * 8;
         s[t] = w.scales + (o + t) * blocks + b0;
       }
-    } else {  // a partial last group through zero-padded copies, as nvfp4_tile
-      const int64_t nb = blocks - b0;
-      for (int t = 0; t < T; ++t) {
-        std::memcpy(tail_codes[t], codes + (o + t) * (in / 2) + b0 * 8, nb * 8);
-        std::memcpy(tail_scales[t], w.scales + (o + t) * blocks + b0, nb);
-        c[t] = tail_codes[t];
-        s[t] = tail_scales[t];
-      }
+      return;
     }
+    const int64_t nb = blocks - b0;
     for (int t = 0; t < T; ++t) {
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c[t]));
-#pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p)
-        wv[t][p] = decode(p == 0 ? q : _mm256_srli_epi64(q, 4 * p), table);
-      int32_t four;
-      std::memcpy(&four, s[t], 4);
-      const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(four));
-      scale[t] = e4m3_to_ps(_mm256_or_si256(b, _mm256_slli_epi64(b, 32)));
+      std::memcpy(tail_codes[t], codes + (o + t) * (in / 2) + b0 * 8, nb * 8);
+      std::memcpy(tail_scales[t], w.scales + (o + t) * blocks + b0, nb);
+      c[t] = tail_codes[t];
+      s[t] = tail_scales[t];
     }
+  }
+};
+
+// T columns x R rows, each group decoded once per column for the R rows.
+template <int T, int R>
+DRAMA_AVX2 void nvfp4_tile(const LinearWeight& w, const float* xp, int64_t xp_stride, int64_t o,
+                           int64_t r, float* y) {
+  const int64_t blocks = w.in / 16;
+  const Decoder dec;
+  GroupSource<T> src(w, o);
+  __m256 acc[T][R];
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) acc[t][i] = _mm256_setzero_ps();
+  for (int64_t b0 = 0; b0 < blocks; b0 += 4) {
+    const uint8_t* c[T];
+    const uint8_t* s[T];
+    src.at(b0, c, s);
+    for (int t = 0; t < T; ++t) {
+      __m256 wv[8], scale[2];
+      dec.weights(c[t], wv);
+      dec.block_scales(s[t], scale);
+      for (int i = 0; i < R; ++i)
+        acc[t][i] = group_dot(wv, scale, xp + (r + i) * xp_stride + b0 * 16, acc[t][i]);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < R; ++i) y[(r + i) * w.out + o + t] = reduce(acc[t][i]) * w.scale2;
+}
+
+// Many rows (prefill chunks, experts chosen by several rows, several lanes): each group of T
+// columns is decoded once into L1 for a block of up to kRowBlock rows, whose accumulators live in
+// memory, instead of once per row pair. Every (row, column) accumulator goes through group_dot
+// as in nvfp4_tile, so the bits equal the row-pair tiles' and batch invariance holds across the
+// two paths.
+constexpr int64_t kRowBlock = 16;       // (smaller blocks for long rows measured slower)
+constexpr int64_t kDecodeOnceRows = 3;  // from this many rows the decoded block is faster
+
+template <int T>
+DRAMA_AVX2 void nvfp4_row_block(const LinearWeight& w, const float* xp, int64_t xp_stride,
+                                int64_t o, int64_t r0, int64_t nr, float* y) {
+  const int64_t blocks = w.in / 16;
+  const Decoder dec;
+  GroupSource<T> src(w, o);
+  __m256 acc[kRowBlock][T];
+  for (int64_t i = 0; i < nr; ++i)
+    for (int t = 0; t < T; ++t) acc[i][t] = _mm256_setzero_ps();
+  __m256 wv[T][8], scale[T][2];
+  for (int64_t b0 = 0; b0 < blocks; b0 += 4) {
+    const uint8_t* c[T];
+    const uint8_t* s[T];
+    src.at(b0, c, s);
+    for (int t = 0; t < T; ++t) {
+      dec.weights(c[t], wv[t]);
+      dec.block_scales(s[t], scale[t]);
+    }
+    // group_dot's operations for every column, each input vector loaded once for the T columns.
     for (int64_t i = 0; i < nr; ++i) {
       const float* x = xp + (r0 + i) * xp_stride + b0 * 16;
-      __m256 part[2][T];
-#pragma GCC unroll 8
-      for (int p = 0; p < 8; ++p) {
-        const __m256 xv = _mm256_loadu_ps(x + p * 8);
-        for (int t = 0; t < T; ++t) {
-          __m256& sum = part[p & 1][t];
-          sum = p < 2 ? _mm256_mul_ps(wv[t][p], xv) : _mm256_fmadd_ps(wv[t][p], xv, sum);
+      for (int u = 0; u < 2; ++u) {
+        __m256 sum[T];
+        const __m256 x0 = _mm256_loadu_ps(x + 32 * u);
+        for (int t = 0; t < T; ++t) sum[t] = _mm256_mul_ps(wv[t][4 * u], x0);
+        for (int k = 1; k < 4; ++k) {
+          const __m256 xk = _mm256_loadu_ps(x + 32 * u + 8 * k);
+          for (int t = 0; t < T; ++t) sum[t] = _mm256_fmadd_ps(wv[t][4 * u + k], xk, sum[t]);
         }
+        for (int t = 0; t < T; ++t) acc[i][t] = _mm256_fmadd_ps(sum[t], scale[t][u], acc[i][t]);
       }
-      for (int t = 0; t < T; ++t)
-        acc[i][t] = _mm256_fmadd_ps(_mm256_add_ps(part[0][t], part[1][t]), scale[t], acc[i][t]);
     }
   }
   for (int64_t i = 0; i < nr; ++i)
@@ -367,7 +375,8 @@ int64_t nvfp4_prepared_floats_avx2(int64_t in) {
   return (in + kGroup - 1) / kGroup * kGroup;
 }
 
-// Group g, step p, lane 2q + h holds input 64g + 16q + 8h + p (code p or p+8 of block q).
+// Group g, vector k = 4u + 2s + e, lane l = 4h + d holds input 64g + 16(u + 2h) + 4d + 2e + s
+// (Decoder::weights's order).
 void nvfp4_prepare_x_avx2(const float* x, int64_t rows, int64_t in, float* xp) {
   const int64_t stride = nvfp4_prepared_floats_avx2(in);
   for (int64_t r = 0; r < rows; ++r) {
@@ -375,8 +384,9 @@ void nvfp4_prepare_x_avx2(const float* x, int64_t rows, int64_t in, float* xp) {
     float* d = xp + r * stride;
     std::memset(d, 0, sizeof(float) * stride);
     for (int64_t i = 0; i < in; ++i) {
-      const int64_t g = i / kGroup, j = i % kGroup, q = j / 16, h = (j % 16) / 8, p = j % 8;
-      d[g * kGroup + p * 8 + 2 * q + h] = xr[i];
+      const int64_t g = i / kGroup, j = i % kGroup, block = j / 16, u = block % 2, h = block / 2;
+      const int64_t s = j % 2, e = (j / 2) % 2, lane = 4 * h + (j % 16) / 4;
+      d[g * kGroup + (4 * u + 2 * s + e) * 8 + lane] = xr[i];
     }
   }
 }
