@@ -5,9 +5,11 @@
 // receipt results/server-checks.json (settings and outcomes only: no paths, texts or audio).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "server/base64.h"
 #include "server/http_test_util.h"
@@ -186,9 +188,16 @@ TEST_F(ServeEndToEnd, ThreeServersGiveIdenticalBytesAndRefuseCleanly) {
          [](const std::string& so_far) { return so_far.size() < 100; });
     std::string after = audio_of(rc, post(s.port(), "/v1/audio/speech", speech(1.0)));
     rc.check("identical_after_cancellation", after == base);
-    std::string metrics = get(s.port(), "/metrics").body;
-    rc.check("cancellation_counted",
-             metrics.find("drama_cancellations_total 0") == std::string::npos);
+    // The server's worker sees the hang-up at its next write, on its own thread: the request
+    // above can finish first (it failed the check once in -j2 runs, the cancellation logged a
+    // moment after /metrics was read). Wait for the count, 10 s at most.
+    bool counted = false;
+    for (int i = 0; i < 200 && !counted; ++i) {
+      counted =
+          get(s.port(), "/metrics").body.find("drama_cancellations_total 0") == std::string::npos;
+      if (!counted) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    rc.check("cancellation_counted", counted);
 
     // Refusals: status and OpenAI error shape.
     struct Bad {
