@@ -119,12 +119,9 @@ def train_codec(args, config, recipe, deadline):
     r, device = recipe["codec"], args.device
     folder = os.path.join(args.work, "codec")
     os.makedirs(folder, exist_ok=True)
-    codec = make_codec(config, recipe, device)
-    disc = codec_lib.StftDiscriminator(r.get("disc_channels", 32)).to(device)
     graphed = device.startswith("cuda") and r.get("cuda_graph", False)
-    # capturable: the optimizers keep their step counts on the device (a CUDA graph needs that).
-    opt = torch.optim.AdamW(codec.params.values(), lr=r["lr"], betas=tuple(r["betas"]), capturable=graphed)
-    opt_d = torch.optim.AdamW(disc.parameters(), lr=r["lr"], betas=tuple(r["betas"]), capturable=graphed)
+    spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
+    codec, disc, opt, opt_d, step_fn, runner = codec_trainer(config, recipe, r, device, graphed, spectral)
     names = {p: n for n, p in codec.params.items()}
     dnames = {p: n for n, p in disc.named_parameters()}
     tensors, info = state.load(os.path.join(folder, "state"))
@@ -140,13 +137,7 @@ def train_codec(args, config, recipe, deadline):
         return True
     rows = data.read_corpus(args.corpus, "train")
     waves = data.load_audio(args.corpus, rows)
-    spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
     k = config["codec"]["num_quantizers"]
-    step_fn = codec_step_fn(codec, disc, opt, opt_d, spectral, r)
-    runner = None
-    if graphed:
-        codec.rng = None  # the device's default generator: graph-safe
-        runner = cuda_graph.GraphedStep(step_fn, (opt, opt_d))
     rewarm = r.get("rewarm", 200)
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
@@ -177,6 +168,22 @@ def train_codec(args, config, recipe, deadline):
             evaluate_codec(args, codec, r, step)
     save_codec(folder, codec, disc, opt, opt_d, names, dnames, step)
     return step >= r["steps"]
+
+
+def codec_trainer(config, recipe, r, device, graphed, spectral):
+    """The codec, its discriminator, their optimizers (recipe r's rate and betas; capturable when
+    graphed: the step counts stay on the device, as a CUDA graph needs), the step function and,
+    graphed, its cuda_graph.GraphedStep (else None). Training and `bench` both start here."""
+    codec = make_codec(config, recipe, device)
+    disc = codec_lib.StftDiscriminator(r.get("disc_channels", 32)).to(device)
+    opt = torch.optim.AdamW(codec.params.values(), lr=r["lr"], betas=tuple(r["betas"]), capturable=graphed)
+    opt_d = torch.optim.AdamW(disc.parameters(), lr=r["lr"], betas=tuple(r["betas"]), capturable=graphed)
+    step_fn = codec_step_fn(codec, disc, opt, opt_d, spectral, r)
+    runner = None
+    if graphed:
+        codec.rng = None  # the device's default generator: graph-safe
+        runner = cuda_graph.GraphedStep(step_fn, (opt, opt_d))
+    return codec, disc, opt, opt_d, step_fn, runner
 
 
 def codec_step_fn(codec, disc, opt, opt_d, spectral, r):
@@ -349,13 +356,8 @@ def train_model(args, config, recipe, deadline):
     r, device = recipe["model"], args.device
     folder = os.path.join(args.work, "model")
     os.makedirs(folder, exist_ok=True)
-    m = model_lib.Drama3Train(config, recipe["seed"], device)
     graphed = device.startswith("cuda") and r.get("cuda_graph", False)
-    # A CUDA graph bakes a float learning rate in: graphed, the rate is a device tensor that
-    # each step fills (AdamW takes a tensor rate when capturable).
-    lr0 = torch.tensor(r["lr"], device=device) if graphed else r["lr"]
-    opt = torch.optim.AdamW(m.params.values(), lr=lr0, betas=(0.9, 0.95),
-                            weight_decay=r["weight_decay"], capturable=graphed)
+    m, opt, step_fn, runner = model_trainer(config, recipe["seed"], r, device, graphed)
     names = {p: n for n, p in m.params.items()}
     tensors, info = state.load(os.path.join(folder, "state"))
     step = rewarm_from = 0
@@ -371,8 +373,6 @@ def train_model(args, config, recipe, deadline):
     # every example's frames + eos as predicting rows.
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances if len(u["codes"]) <= r["max_frames"])
     pad_to = (2 * longest, r["batch"] * (r["max_frames"] + 1))
-    step_fn = model_step_fn(m, opt, r, autocast=device.startswith("cuda"), graphed=graphed)
-    runner = cuda_graph.GraphedStep(step_fn, (opt,)) if graphed else None
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
         sampler = data.PairSampler(utterances, recipe["seed"] * 1_000_003 + step,
@@ -400,6 +400,22 @@ def train_model(args, config, recipe, deadline):
     moments = {"opt." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
     state.save(os.path.join(folder, "state"), tensors, {"stage": "model", "step": step}, moments)
     return step >= r["steps"]
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def model_trainer(config, seed, r, device, graphed):
+    """The model, its optimizer, the step function and, graphed, its GraphedStep (else None).
+    A CUDA graph bakes a float learning rate in: graphed, the rate is a device tensor that each
+    step fills (AdamW takes a tensor rate when capturable). Training and `bench` start here."""
+    m = model_lib.Drama3Train(config, seed, device)
+    lr0 = torch.tensor(r["lr"], device=device) if graphed else r["lr"]
+    opt = torch.optim.AdamW(m.params.values(), lr=lr0, betas=(0.9, 0.95),
+                            weight_decay=r["weight_decay"], capturable=graphed)
+    step_fn = model_step_fn(m, opt, r, autocast=device.startswith("cuda"), graphed=graphed)
+    runner = cuda_graph.GraphedStep(step_fn, (opt,)) if graphed else None
+    return m, opt, step_fn, runner
 
 
 # ----------------------------------------------------------------------------------------------
@@ -480,15 +496,9 @@ def bench_steps(args, config, recipe):
     for batch in [int(b) for b in args.batches_codec.split(",")]:
         for adv in (False, True):
             for graphed in variants:  # eager and CUDA graph side by side, one run
-                codec = make_codec(config, recipe, device)
-                disc = codec_lib.StftDiscriminator(rc.get("disc_channels", 32)).to(device)
-                opt = torch.optim.AdamW(codec.params.values(), lr=1e-4, capturable=graphed)
-                opt_d = torch.optim.AdamW(disc.parameters(), lr=1e-4, capturable=graphed)
-                fn = codec_step_fn(codec, disc, opt, opt_d, spectral, dict(rc, disc_batch=min(batch, rc.get("disc_batch", batch))))
-                runner = None
-                if graphed:
-                    codec.rng = None
-                    runner = cuda_graph.GraphedStep(fn, (opt, opt_d))
+                codec, _, _, _, fn, runner = codec_trainer(
+                    config, recipe, dict(rc, disc_batch=min(batch, rc.get("disc_batch", batch))),
+                    device, graphed, spectral)
                 rng = random.Random(1)
 
                 def step():
@@ -514,12 +524,7 @@ def bench_steps(args, config, recipe):
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
     for batch in [int(b) for b in args.batches_model.split(",")]:
         for graphed in variants:  # eager (unpadded batches) and CUDA graph (fixed shapes)
-            m = model_lib.Drama3Train(config, 1, device)
-            lr0 = torch.tensor(1e-4, device=device) if graphed else 1e-4
-            opt = torch.optim.AdamW(m.params.values(), lr=lr0, capturable=graphed)
-            fn = model_step_fn(m, opt, dict(rm, balance_weight=0.01), autocast=device.startswith("cuda"),
-                               graphed=graphed)
-            runner = cuda_graph.GraphedStep(fn, (opt,)) if graphed else None
+            _, _, fn, runner = model_trainer(config, 1, rm, device, graphed)
             pad_to = (2 * longest, batch * (rm["max_frames"] + 1))
             counter = [0]
 
