@@ -1,0 +1,80 @@
+"""Self-tests of tools/eval/ that need no recognizer and no model (system python3, numpy):
+the speaker classifier and speaker_check.py on a small synthetic corpus whose "speakers" are
+harmonic tones of different pitch and brightness."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+import wave
+import zlib
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import speaker_check  # noqa: E402
+import speaker_id  # noqa: E402
+
+
+def tone(f0, brightness, seconds, seed, rate=24000):
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    vibrato = 1 + 0.02 * np.sin(2 * np.pi * rng.uniform(3, 6) * t)
+    x = sum(brightness ** k * np.sin(2 * np.pi * f0 * (k + 1) * vibrato * t) for k in range(8))
+    return 0.3 * x / np.abs(x).max() + 0.003 * rng.standard_normal(len(t))
+
+
+def write_wav(path, x, rate=24000):
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+
+
+def make_corpus(root, speakers, train, heldout):
+    lines = ["speaker\tsentence\tsplit\tseconds\tpath\ttext"]
+    for s, (f0, bright) in speakers.items():
+        os.makedirs(os.path.join(root, "wav", s))
+        for i in range(train + heldout):
+            split = "train" if i < train else "heldout"
+            rel = f"wav/{s}/{i:04d}.wav"
+            write_wav(os.path.join(root, rel), tone(f0, bright, 1.0, zlib.crc32(f"{s}-{i}".encode())))
+            lines.append(f"{s}\t{i:04d}\t{split}\t1.000\t{rel}\tsome words")
+    with open(os.path.join(root, "corpus.tsv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+class SpeakerCheck(unittest.TestCase):
+    def test_distinct_speakers_are_named_and_settings_of_one_voice_count_as_the_voice(self):
+        speakers = {"low-a": (110, 0.6), "low-b": (112, 0.6), "high-a": (260, 0.3)}
+        with tempfile.TemporaryDirectory() as d:
+            make_corpus(d, speakers, train=10, heldout=3)
+            out = os.path.join(d, "check.json")
+            self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
+                                                 "--test-per-speaker", "4", "--json", out]), 0)
+            r = json.load(open(out))
+            self.assertEqual(r["settings"]["speakers"], 3)
+            self.assertEqual(r["heldout"]["utterances"], 9)
+            self.assertEqual(r["unseen_train_sentences"]["utterances"], 12)
+            # high-a is unlike the others: always named; low-a and low-b are one voice.
+            for part in ("heldout", "unseen_train_sentences"):
+                self.assertEqual(r[part]["per_speaker"]["high-a"], 1.0)
+                self.assertEqual(r[part]["voice_accuracy"], 1.0)
+            self.assertFalse(os.path.exists(out + ".partial"))
+
+    def test_classifier_is_deterministic(self):
+        rng = np.random.default_rng(1)
+        feats = rng.standard_normal((20, 52))
+        labels = ["a"] * 10 + ["b"] * 10
+        feats[10:] += 1.5
+        p1 = speaker_id.SpeakerClassifier().fit(feats, labels).probabilities(feats)
+        p2 = speaker_id.SpeakerClassifier().fit(feats, labels).probabilities(feats)
+        self.assertTrue(np.array_equal(p1, p2))
+
+
+if __name__ == "__main__":
+    unittest.main()
