@@ -141,13 +141,15 @@ class PlainStep:
     """The decode step in plain PyTorch with static shapes: one token per row at position
     self.pos (a device tensor), a KV cache of max_len positions per layer."""
 
-    def __init__(self, cfg, device, batch, max_len, seed=1):
+    def __init__(self, cfg, device, batch, max_len, seed=1, dtype=torch.bfloat16, weights=None):
+        """weights: None for random ones, else (per-layer dicts of ln1, ln2, q_norm, k_norm,
+        wqkv, wo, router (MoE), gate_up, down; the final norm) in `dtype` on `device`."""
         b = cfg["backbone"]
         self.b, self.device, self.batch, self.max_len = b, device, batch, max_len
         h, hd, nq, nkv = b["hidden_size"], b["head_dim"], b["num_heads"], b["num_kv_heads"]
         self.moe = b["moe"] or None
         g = torch.Generator(device="cpu").manual_seed(seed)
-        bf = torch.bfloat16
+        bf = dtype
 
         def w(*shape, std=0.02):  # made on the CPU in slices (the generator), kept on the device
             t = torch.empty(*shape, dtype=bf, device=device)
@@ -157,7 +159,7 @@ class PlainStep:
             return t
 
         self.layers = []
-        for layer in range(b["num_layers"]):
+        for layer in range(b["num_layers"] if weights is None else 0):
             L = {"ln1": torch.ones(h, dtype=bf, device=device), "ln2": torch.ones(h, dtype=bf, device=device),
                  "q_norm": torch.ones(hd, dtype=bf, device=device), "k_norm": torch.ones(hd, dtype=bf, device=device),
                  "wqkv": w((nq + 2 * nkv) * hd, h), "wo": w(h, nq * hd),
@@ -170,11 +172,16 @@ class PlainStep:
                 L.update(gate_up=w(2 * b["intermediate_size"], h), down=w(h, b["intermediate_size"]))
             self.layers.append(L)
         self.norm = torch.ones(h, dtype=bf, device=device)
+        if weights is not None:
+            for L in weights[0]:
+                self.layers.append(dict(L, k=torch.zeros(batch, nkv, max_len, hd, dtype=bf, device=device),
+                                        v=torch.zeros(batch, nkv, max_len, hd, dtype=bf, device=device)))
+            self.norm = weights[1]
         inv = 1.0 / (b["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
         ang = torch.arange(max_len, dtype=torch.float32)[:, None] * inv[None]
         self.cos, self.sin = ang.cos().to(device), ang.sin().to(device)
         self.pos = torch.zeros((), dtype=torch.long, device=device)
-        self.x = torch.zeros(batch, h, dtype=bf, device=device)
+        self.x = torch.zeros(batch, h, dtype=bf, device=device)  # the step's input rows
         self.positions = torch.arange(max_len, device=device)
 
     def rms(self, x, weight):

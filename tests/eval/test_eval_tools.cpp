@@ -1,5 +1,7 @@
-// tools/eval/ on the system python (numpy only): the cloning check's speaker classifier and
-// tools/eval/speaker_check.py on a small synthetic corpus (tools/eval/test_eval.py, a few s).
+// Python tools on the system python (numpy, torch 1.13): tools/eval/test_eval.py (the cloning
+// check's speaker classifier and tools/eval/speaker_check.py on a small synthetic corpus) and
+// bench/test_torch_baselines.py (the plain PyTorch step of bench/torch_baselines.py equals the
+// reference model's backbone step on a tiny checkpoint). A few seconds each.
 #include <gtest/gtest.h>
 
 #include "model/model_testing.h"
@@ -9,11 +11,18 @@ namespace {
 
 using namespace drama::testing;
 
-TEST(EvalTools, SelfTestsPass) {
-  const CommandResult r =
-      run_command(quote(python()) + " " + quote(source_dir() + "/tools/eval/test_eval.py"));
+void run_python_tests(const std::string& script) {
+  const CommandResult r = run_command(quote(python()) + " " + quote(source_dir() + "/" + script));
   std::printf("%s\n", r.output.c_str());
   EXPECT_EQ(r.status, 0) << r.output;
+}
+
+TEST(PythonTools, EvalSelfTestsPass) {
+  run_python_tests("tools/eval/test_eval.py");
+}
+
+TEST(PythonTools, TorchBaselinePlainStepEqualsTheReference) {
+  run_python_tests("bench/test_torch_baselines.py");
 }
 
 }  // namespace
