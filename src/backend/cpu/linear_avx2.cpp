@@ -376,17 +376,30 @@ int64_t nvfp4_prepared_floats_avx2(int64_t in) {
 }
 
 // Group g, vector k = 4u + 2s + e, lane l = 4h + d holds input 64g + 16(u + 2h) + 4d + 2e + s
-// (Decoder::weights's order).
+// (Decoder::weights's order): kSlot[j] is where input j of a group goes.
+struct GroupSlots {
+  uint8_t slot[kGroup];
+};
+constexpr GroupSlots make_group_slots() {
+  GroupSlots t{};
+  for (int j = 0; j < kGroup; ++j) {
+    const int block = j / 16, u = block % 2, h = block / 2, s = j % 2, e = (j / 2) % 2;
+    t.slot[j] = static_cast<uint8_t>((4 * u + 2 * s + e) * 8 + 4 * h + (j % 16) / 4);
+  }
+  return t;
+}
+constexpr GroupSlots kSlots = make_group_slots();
+
 void nvfp4_prepare_x_avx2(const float* x, int64_t rows, int64_t in, float* xp) {
-  const int64_t stride = nvfp4_prepared_floats_avx2(in);
+  const int64_t stride = nvfp4_prepared_floats_avx2(in), full = in / kGroup * kGroup;
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * in;
     float* d = xp + r * stride;
-    std::memset(d, 0, sizeof(float) * stride);
-    for (int64_t i = 0; i < in; ++i) {
-      const int64_t g = i / kGroup, j = i % kGroup, block = j / 16, u = block % 2, h = block / 2;
-      const int64_t s = j % 2, e = (j / 2) % 2, lane = 4 * h + (j % 16) / 4;
-      d[g * kGroup + (4 * u + 2 * s + e) * 8 + lane] = xr[i];
+    for (int64_t g = 0; g < full; g += kGroup)
+      for (int j = 0; j < kGroup; ++j) d[g + kSlots.slot[j]] = xr[g + j];
+    if (full < in) {
+      std::memset(d + full, 0, sizeof(float) * kGroup);
+      for (int64_t j = 0; j < in - full; ++j) d[full + kSlots.slot[j]] = xr[full + j];
     }
   }
 }
