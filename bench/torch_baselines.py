@@ -128,10 +128,7 @@ def time_hf(cfg, device, batch, context, steps):
             model(inputs_embeds=token, past_key_values=cache, use_cache=True)
 
         ms = timed(step, device, steps)
-    del model, cache
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    return ms, version
+    return ms, version  # the model is freed on return (main empties the CUDA cache)
 
 
 # ---- plain PyTorch ---------------------------------------------------------------------------
@@ -146,43 +143,51 @@ class PlainStep:
         wqkv, wo, router (MoE), gate_up, down; the final norm) in `dtype` on `device`."""
         b = cfg["backbone"]
         self.b, self.device, self.batch, self.max_len = b, device, batch, max_len
-        h, hd, nq, nkv = b["hidden_size"], b["head_dim"], b["num_heads"], b["num_kv_heads"]
+        h, hd, nkv = b["hidden_size"], b["head_dim"], b["num_kv_heads"]
         self.moe = b["moe"] or None
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        bf = dtype
-
-        def w(*shape, std=0.02):  # made on the CPU in slices (the generator), kept on the device
-            t = torch.empty(*shape, dtype=bf, device=device)
-            flat = t.view(shape[0], -1)
-            for i in range(0, shape[0], 8):
-                flat[i:i + 8] = (torch.randn(flat[i:i + 8].shape, generator=g) * std).to(bf)
-            return t
-
-        self.layers = []
-        for layer in range(b["num_layers"] if weights is None else 0):
-            L = {"ln1": torch.ones(h, dtype=bf, device=device), "ln2": torch.ones(h, dtype=bf, device=device),
-                 "q_norm": torch.ones(hd, dtype=bf, device=device), "k_norm": torch.ones(hd, dtype=bf, device=device),
-                 "wqkv": w((nq + 2 * nkv) * hd, h), "wo": w(h, nq * hd),
-                 "k": torch.zeros(batch, nkv, max_len, hd, dtype=bf, device=device),
-                 "v": torch.zeros(batch, nkv, max_len, hd, dtype=bf, device=device)}
-            if self.moe and layer not in self.moe["dense_layers"]:
-                e, i = self.moe["num_experts"], self.moe["expert_intermediate_size"]
-                L.update(router=w(e, h), gate_up=w(e, 2 * i, h), down=w(e, h, i))
-            else:
-                L.update(gate_up=w(2 * b["intermediate_size"], h), down=w(h, b["intermediate_size"]))
-            self.layers.append(L)
-        self.norm = torch.ones(h, dtype=bf, device=device)
-        if weights is not None:
-            for L in weights[0]:
-                self.layers.append(dict(L, k=torch.zeros(batch, nkv, max_len, hd, dtype=bf, device=device),
-                                        v=torch.zeros(batch, nkv, max_len, hd, dtype=bf, device=device)))
-            self.norm = weights[1]
+        if weights is None:
+            weights = self.random_weights(b, device, dtype, seed)
+        # Each layer's weights and its own KV cache (one per row: [batch, kv heads, max_len, hd]).
+        self.layers = [dict(L, k=torch.zeros(batch, nkv, max_len, hd, dtype=dtype, device=device),
+                            v=torch.zeros(batch, nkv, max_len, hd, dtype=dtype, device=device))
+                       for L in weights[0]]
+        self.norm = weights[1]
         inv = 1.0 / (b["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
         ang = torch.arange(max_len, dtype=torch.float32)[:, None] * inv[None]
         self.cos, self.sin = ang.cos().to(device), ang.sin().to(device)
         self.pos = torch.zeros((), dtype=torch.long, device=device)
-        self.x = torch.zeros(batch, h, dtype=bf, device=device)  # the step's input rows
+        self.x = torch.zeros(batch, h, dtype=dtype, device=device)  # the step's input rows
         self.positions = torch.arange(max_len, device=device)
+
+    @staticmethod
+    def random_weights(b, device, dtype, seed):
+        """Random weights of the geometry, made on the CPU in slices (the seeded generator) and
+        kept on the device: (per-layer dicts, final norm), as __init__ takes them."""
+        h, hd, nq, nkv = b["hidden_size"], b["head_dim"], b["num_heads"], b["num_kv_heads"]
+        moe = b["moe"] or None
+        g = torch.Generator(device="cpu").manual_seed(seed)
+
+        def w(*shape, std=0.02):
+            t = torch.empty(*shape, dtype=dtype, device=device)
+            flat = t.view(shape[0], -1)
+            for i in range(0, shape[0], 8):
+                flat[i:i + 8] = (torch.randn(flat[i:i + 8].shape, generator=g) * std).to(dtype)
+            return t
+
+        def ones(n):
+            return torch.ones(n, dtype=dtype, device=device)
+
+        layers = []
+        for layer in range(b["num_layers"]):
+            L = {"ln1": ones(h), "ln2": ones(h), "q_norm": ones(hd), "k_norm": ones(hd),
+                 "wqkv": w((nq + 2 * nkv) * hd, h), "wo": w(h, nq * hd)}
+            if moe and layer not in moe["dense_layers"]:
+                e, i = moe["num_experts"], moe["expert_intermediate_size"]
+                L.update(router=w(e, h), gate_up=w(e, 2 * i, h), down=w(e, h, i))
+            else:
+                L.update(gate_up=w(2 * b["intermediate_size"], h), down=w(h, b["intermediate_size"]))
+            layers.append(L)
+        return layers, ones(h)
 
     def rms(self, x, weight):
         xf = x.float()
@@ -257,9 +262,6 @@ def time_plain(cfg, device, batch, context, steps, graph=True):
         else:
             graph = False
             ms = timed(s.forward, device, steps)
-    del s
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
     return ms, graph
 
 
@@ -306,6 +308,8 @@ def main(argv=None):
                 row["roofline_ms"] = round(row["bf16_bytes_per_step"] / (bw / 2 * 1e9) * 1e3, 3)
             receipt["runs"].append(row)
             print(json.dumps(row), flush=True)
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()  # the run's weights (61 GB at the 30B geometry) go back
     if args.json:
         with open(args.json, "w") as f:
             json.dump(receipt, f, indent=1)
