@@ -114,8 +114,7 @@ def hf_model(cfg, device):
     return model.eval(), transformers.__version__
 
 
-def time_hf(cfg, device, batch, context, steps):
-    model, version = hf_model(cfg, device)
+def time_hf(model, cfg, device, batch, context, steps):
     h = cfg["backbone"]["hidden_size"]
     g = torch.Generator(device="cpu").manual_seed(1)
     with torch.no_grad():
@@ -127,8 +126,7 @@ def time_hf(cfg, device, batch, context, steps):
         def step():
             model(inputs_embeds=token, past_key_values=cache, use_cache=True)
 
-        ms = timed(step, device, steps)
-    return ms, version  # the model is freed on return (main empties the CUDA cache)
+        return timed(step, device, steps)
 
 
 # ---- plain PyTorch ---------------------------------------------------------------------------
@@ -165,13 +163,15 @@ class PlainStep:
         kept on the device: (per-layer dicts, final norm), as __init__ takes them."""
         h, hd, nq, nkv = b["hidden_size"], b["head_dim"], b["num_heads"], b["num_kv_heads"]
         moe = b["moe"] or None
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        # A generator on the device itself: at the 30B geometry (61 GB of BF16) one made on the
+        # CPU took minutes; the figures do not depend on the values.
+        g = torch.Generator(device=device).manual_seed(seed)
 
         def w(*shape, std=0.02):
             t = torch.empty(*shape, dtype=dtype, device=device)
             flat = t.view(shape[0], -1)
-            for i in range(0, shape[0], 8):
-                flat[i:i + 8] = (torch.randn(flat[i:i + 8].shape, generator=g) * std).to(dtype)
+            for i in range(0, shape[0], 8):  # float32 slices, so no float32 copy of a whole tensor
+                flat[i:i + 8] = (torch.randn(flat[i:i + 8].shape, generator=g, device=device) * std).to(dtype)
             return t
 
         def ones(n):
@@ -194,8 +194,11 @@ class PlainStep:
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.b["rms_norm_eps"])).to(x.dtype) * weight
 
     def rope(self, t):  # t [B, heads, hd], rotate-half layout
-        c, s = self.cos[self.pos], self.sin[self.pos]
-        c, s = torch.cat([c, c]).to(t.dtype), torch.cat([s, s]).to(t.dtype)
+        # index_select with the position tensor: indexing by a 0-dim tensor reads it on the host,
+        # which a CUDA graph capture refuses (the first H200 run, 2026-12-01).
+        c = self.cos.index_select(0, self.pos.view(1))
+        s = self.sin.index_select(0, self.pos.view(1))
+        c, s = torch.cat([c, c], -1).to(t.dtype), torch.cat([s, s], -1).to(t.dtype)
         half = t.shape[-1] // 2
         rot = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
         return t * c + rot * s
@@ -210,8 +213,9 @@ class PlainStep:
         L["k"].index_copy_(2, self.pos.view(1), k.unsqueeze(2))
         L["v"].index_copy_(2, self.pos.view(1), v.view(-1, nkv, hd).unsqueeze(2))
         rep = nq // nkv
-        keys = L["k"].repeat_interleave(rep, dim=1)  # [B, nq, T, hd]
-        vals = L["v"].repeat_interleave(rep, dim=1)
+        B, _, T, _ = L["k"].shape  # each kv head serves rep query heads: [B, nq, T, hd]
+        keys = L["k"].unsqueeze(2).expand(B, nkv, rep, T, hd).reshape(B, nq, T, hd)
+        vals = L["v"].unsqueeze(2).expand(B, nkv, rep, T, hd).reshape(B, nq, T, hd)
         scores = (q.unsqueeze(2) @ keys.transpose(-1, -2)).float() / math.sqrt(hd)  # [B, nq, 1, T]
         scores = scores.masked_fill(self.positions > self.pos, float("-inf"))
         out = (scores.softmax(-1).to(x.dtype) @ vals).reshape(x.shape[0], nq * hd)
@@ -228,8 +232,8 @@ class PlainStep:
         if self.moe["norm_topk_prob"]:
             weight = weight / weight.sum(-1, keepdim=True)
         flat = idx.reshape(-1)
-        gu = torch.bmm(L["gate_up"].index_select(0, flat),
-                       x.repeat_interleave(k, dim=0).unsqueeze(-1)).squeeze(-1)  # [B*k, 2I]
+        xs = x.unsqueeze(1).expand(x.shape[0], k, x.shape[1]).reshape(-1, x.shape[1], 1)  # row r at r*k..
+        gu = torch.bmm(L["gate_up"].index_select(0, flat), xs).squeeze(-1)  # [B*k, 2I]
         g, u = gu.chunk(2, dim=-1)
         y = torch.bmm(L["down"].index_select(0, flat),
                       (torch.nn.functional.silu(g) * u).unsqueeze(-1)).squeeze(-1)  # [B*k, H]
@@ -243,8 +247,8 @@ class PlainStep:
         return self.rms(x, self.norm)
 
 
-def time_plain(cfg, device, batch, context, steps, graph=True):
-    s = PlainStep(cfg, device, batch, max_len=context + 8)
+def time_plain(cfg, device, batch, context, steps, weights, graph=True):
+    s = PlainStep(cfg, device, batch, max_len=context + 8, weights=weights)
     with torch.no_grad():
         s.pos.fill_(context)
         s.x.copy_(torch.randn(s.x.shape, generator=torch.Generator().manual_seed(2)).to(torch.bfloat16) * 0.1)
@@ -265,6 +269,15 @@ def time_plain(cfg, device, batch, context, steps, graph=True):
     return ms, graph
 
 
+def build(which, cfg, device):
+    """What every batch of one implementation runs on, made once: (transformers' model and its
+    version) or (the plain step's random weights, None)."""
+    if which == "hf":
+        return hf_model(cfg, device)
+    b = cfg["backbone"]
+    return PlainStep.random_weights(b, device, torch.bfloat16, seed=1), None
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
@@ -283,37 +296,46 @@ def main(argv=None):
                "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu",
                "torch": torch.__version__, "context": args.context, "steps": args.steps,
                "copy_gb_s": round(bw, 1) if bw else None, "runs": []}
+    def write():  # after every row: a run cut short still leaves what it measured
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(receipt, f, indent=1)
+                f.write("\n")
+
     for which in ("hf", "plain"):
         if args.only and which != args.only:
             continue
+        try:
+            built, version = build(which, cfg, args.device)
+        except ImportError:
+            print("torch_baselines: hf skipped (no transformers here)", file=sys.stderr)
+            continue
         for batch in batches:
             row = {"impl": which, "batch": batch, "bf16_bytes_per_step": step_bytes(cfg, batch)}
-            if which == "hf":
-                try:
-                    row["ms_per_step"], row["transformers"] = time_hf(cfg, args.device, batch, args.context, args.steps)
-                    row["mode"] = "eager BF16"
-                except ImportError:
-                    print("torch_baselines: hf skipped (no transformers here)", file=sys.stderr)
-                    break
-                except Exception as e:  # an API change of transformers: say it, time the rest
-                    row["error"] = f"{type(e).__name__}: {e}"[:300]
-                    receipt["runs"].append(row)
-                    print(json.dumps(row), flush=True)
-                    break
-            else:
-                row["ms_per_step"], graphed = time_plain(cfg, args.device, batch, args.context, args.steps)
-                row["mode"] = "static shapes, CUDA graph" if graphed else "static shapes, eager (no CUDA)"
+            try:  # an API change of transformers, a failed capture: say it, time the rest
+                if which == "hf":
+                    row["ms_per_step"] = time_hf(built, cfg, args.device, batch, args.context, args.steps)
+                    row["mode"], row["transformers"] = "eager BF16", version
+                else:
+                    row["ms_per_step"], graphed = time_plain(cfg, args.device, batch, args.context,
+                                                             args.steps, built)
+                    row["mode"] = "static shapes, CUDA graph" if graphed else "static shapes, eager (no CUDA)"
+            except Exception as e:
+                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                receipt["runs"].append(row)
+                print(json.dumps(row), flush=True)
+                write()
+                break
             row["ms_per_step"] = round(row["ms_per_step"], 3)
             if bw:
                 row["roofline_ms"] = round(row["bf16_bytes_per_step"] / (bw / 2 * 1e9) * 1e3, 3)
             receipt["runs"].append(row)
             print(json.dumps(row), flush=True)
-            if args.device.startswith("cuda"):
-                torch.cuda.empty_cache()  # the run's weights (61 GB at the 30B geometry) go back
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(receipt, f, indent=1)
-            f.write("\n")
+            write()
+        del built
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()  # the weights (61 GB at the 30B geometry) go back
+    write()
     return 0
 
 
