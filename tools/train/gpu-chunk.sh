@@ -20,13 +20,15 @@
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
 # DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
-# DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG.
+# DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG, DRAMA_TRAIN_RECIPE, and
+# DRAMA_CORPUS_DIR / DRAMA_DEBIAN_ROOT (default /tmp/drama-corpus, /tmp/drama-debian-root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out="${OUT:?OUT must name the folder whose files come back}"
 carry="train-carry"
-root="/tmp/drama-debian-root"
-corpus="/tmp/drama-corpus"
+root="${DRAMA_DEBIAN_ROOT:-/tmp/drama-debian-root}"
+corpus="${DRAMA_CORPUS_DIR:-/tmp/drama-corpus}"
+recipe="${DRAMA_TRAIN_RECIPE:-tools/train/recipe.json}"
 work="$carry/work"
 minutes="${DRAMA_TRAIN_MINUTES:-8}"
 device="${DRAMA_TRAIN_DEVICE:-cuda}"
@@ -52,7 +54,7 @@ PY
 mkdir -p "$work"
 # What this chunk does: the codec until its recipe's steps (returns codec/); then the codes from
 # the final codec and the model (returns codes/ and model/, 10 + 44.5 MB); then the model.
-phase=$("$py" - "$work" tools/train/recipe.json <<'PY'
+phase=$("$py" - "$work" "$recipe" <<'PY'
 import json, os, sys
 work, recipe = sys.argv[1:]
 steps = json.load(open(recipe))["codec"]["steps"]
@@ -85,7 +87,9 @@ if [ "$phase" != model ] && [ ! -f "$corpus/corpus.json" ]; then  # codec and en
     --jobs "$(nproc)" ${DRAMA_CORPUS_ARGS:-}
   echo "gpu-chunk: corpus synthesized in $(( $(date +%s) - t0 )) s on $(nproc) cores" | tee -a "$out/device.txt"
 fi
-if [ ! -d "$root/usr" ]; then tools/corpus/unpack-debs.sh "$carry/debs" "$root"; fi
+# The model stage needs no audio and no text frontend (the codes hold the tokens): its carry
+# has no .deb files, so a fresh machine unpacks nothing then.
+if [ "$phase" != model ] && [ ! -d "$root/usr" ]; then tools/corpus/unpack-debs.sh "$carry/debs" "$root"; fi
 # train.py's environment: espeak-ng's library and data from the root for the encode stage's
 # text frontend (espeak-ipa), pocketsphinx from there where it was carried (--asr).
 export DRAMA_ASR_ROOT="$root" ESPEAK_DATA_PATH="$root/usr/lib/x86_64-linux-gnu"
@@ -105,7 +109,7 @@ PY
 if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size (and eager vs CUDA graph)
   # shellcheck disable=SC2086
   "$py" tools/train/train.py bench --work "$work" --corpus "$corpus" --config "$config" \
-    --device "$device" --json "$out/bench.json" ${DRAMA_TRAIN_BENCH_ARGS:-} | tee "$out/bench.log"
+    --recipe "$recipe" --device "$device" --json "$out/bench.json" ${DRAMA_TRAIN_BENCH_ARGS:-} | tee "$out/bench.log"
   echo "gpu-chunk: bench done at $(( $(date +%s) - start )) s" | tee -a "$out/bench.log"
   if [ "$DRAMA_TRAIN_BENCH" != first ]; then exit 0; fi  # =first: then the chunk as usual
 fi
@@ -114,7 +118,7 @@ until_args=()
 if [ "$phase" = codec ]; then until_args=(--until codec); fi
 # shellcheck disable=SC2086
 "$py" tools/train/train.py next "${until_args[@]}" --work "$work" --corpus "$corpus" --config "$config" \
-  --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
+  --recipe "$recipe" --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
 # What travels back: the folders this chunk changed (codec/; or codes/ and model/; or model/),
 # without optimizer moments, and progress.json, as a tar in 16 MiB pieces (the device tool

@@ -264,6 +264,15 @@ def evaluate_codec(args, codec, r, step):
               "utterances": len(rows)}
     append_losses(os.path.join(args.work, "codec", "eval.tsv"), result)
     print(f"codec eval at step {step}: {result}")
+    # By voice (the speaker without its pitch/rate setting): which voices the codec loses.
+    voices = sorted({u.split(".")[0].rsplit("-", 1)[0] for u in text})
+    by_voice = {v: {"reconstruction_wer": round(asr.wer((text[u], rec[u]) for u in text if u.startswith(v + "-")), 4),
+                    "source_wer": round(asr.wer((text[u], src[u]) for u in text if u.startswith(v + "-")), 4)}
+                for v in voices}
+    with open(os.path.join(args.work, "codec", f"eval-{step}.json"), "w") as f:
+        json.dump(dict(result, by_voice=by_voice), f, indent=1)
+    for v, w in by_voice.items():
+        print(f"codec eval at step {step}: {v}: reconstruction {w['reconstruction_wer']:.3f}, source {w['source_wer']:.3f}")
 
 
 # ----------------------------------------------------------------------------------------------
