@@ -98,13 +98,17 @@ export DRAMA_ESPEAK_LIB="$root/usr/lib/x86_64-linux-gnu/libespeak-ng.so.1"
 # names the system folder; libdbus-1-3 installs under /lib.)
 export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu/pulseaudio:$root/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # Preflight (not fatal): torch on the device and the text frontend under that environment.
-"$py" - <<'PY' 2>&1 | tee -a "$out/device.txt" || true
+"$py" - "$phase" <<'PY' 2>&1 | tee -a "$out/device.txt" || true
 import sys
 sys.path.insert(0, "tools/reference")
-import torch, text_frontend
+import torch
 x = torch.ones(4, device="cuda" if torch.cuda.is_available() else "cpu").sum().item()
-ids = text_frontend.text_tokens("The cat sat on the mat.", "espeak-ipa", "en-us")
-print(f"gpu-chunk: preflight ok (torch {torch.__version__}, {len(ids)} espeak-ipa tokens)")
+if sys.argv[1] == "model":  # the codes hold the tokens: no text frontend needed (nor unpacked)
+    print(f"gpu-chunk: preflight ok (torch {torch.__version__})")
+else:
+    import text_frontend
+    ids = text_frontend.text_tokens("The cat sat on the mat.", "espeak-ipa", "en-us")
+    print(f"gpu-chunk: preflight ok (torch {torch.__version__}, {len(ids)} espeak-ipa tokens)")
 PY
 if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size (and eager vs CUDA graph)
   # shellcheck disable=SC2086
