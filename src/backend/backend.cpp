@@ -59,19 +59,55 @@ int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, i
   return pairs * (2 * hidden + 3 * inter) + 2 * pairs + n_stored + 1;
 }
 
+namespace {
+// The backend whose run_captured is running on this thread (nullptr: none).
+thread_local const Backend* t_inside_captured = nullptr;
+}  // namespace
+
+void Backend::refuse_inside_captured(const char* what) const {
+  if (t_inside_captured == this)
+    throw Error(std::string("internal: ") + what +
+                " inside captured work (a captured sequence would replay it with stale data)");
+}
+
+bool Backend::run_captured(const std::string& key, const std::function<void()>& work) {
+  if (t_inside_captured) throw Error("internal: run_captured inside captured work");
+  const uint64_t experts0 = expert_weight_bytes_.load(std::memory_order_relaxed);
+  t_inside_captured = this;
+  bool replayed = false;
+  try {
+    replayed = run_captured_impl(key, work);
+  } catch (...) {
+    t_inside_captured = nullptr;
+    throw;
+  }
+  t_inside_captured = nullptr;
+  std::lock_guard lock(captured_mutex_);
+  if (replayed) {
+    auto it = captured_expert_bytes_.find(key);
+    if (it != captured_expert_bytes_.end()) count_expert_weight_bytes(it->second);
+  } else {
+    captured_expert_bytes_[key] = expert_weight_bytes_.load(std::memory_order_relaxed) - experts0;
+  }
+  return replayed;
+}
+
 std::unique_ptr<DeviceBuffer> Backend::alloc(size_t bytes) {
+  refuse_inside_captured("an allocation");
   allocs_.fetch_add(1, std::memory_order_relaxed);
   alloc_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   return alloc_impl(bytes);
 }
 
 void Backend::upload(void* dst, const void* src, size_t bytes) {
+  refuse_inside_captured("an upload");
   h2d_calls_.fetch_add(1, std::memory_order_relaxed);
   h2d_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   upload_impl(dst, src, bytes);
 }
 
 void Backend::download(void* dst, const void* src, size_t bytes) {
+  refuse_inside_captured("a download");
   d2h_calls_.fetch_add(1, std::memory_order_relaxed);
   d2h_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   download_impl(dst, src, bytes);

@@ -12,7 +12,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -103,6 +106,18 @@ class Backend {
   virtual LinearWeight resident(const LinearWeight& host) = 0;
   virtual const void* resident_bytes(const void* host, size_t bytes) = 0;
   virtual void synchronize() = 0;
+
+  // --- captured work (on CUDA a graph; docs/cuda-backend.md, "The frame step as one graph") ---
+  // Runs `work`: kernel calls on this backend whose launches and arguments are a function of
+  // `key` alone (whatever differs between two runs of one key lies in device memory). A backend
+  // that captures runs a key's first occurrence as it comes, captures the second and replays it
+  // from then on; the CPU runs `work` every time. No upload, download or allocation may happen
+  // inside `work` on the calling thread: on every backend that is an internal error, so the
+  // CPU's tests catch what a capture would bake in. The expert weight bytes counted by the first
+  // run are counted again by each replay. Returns true when the call was a replay.
+  bool run_captured(const std::string& key, const std::function<void()>& work);
+  // Drops every captured sequence (after a change that the keys do not describe).
+  virtual void forget_captured() {}
 
   // --- matrix products ---
   // y[r, o] = sum_i x[r, i] * w[o, i]   for r < rows; x is [rows, w.in], y is [rows, w.out].
@@ -223,8 +238,17 @@ class Backend {
   virtual std::unique_ptr<DeviceBuffer> alloc_impl(size_t bytes) = 0;
   virtual void upload_impl(void* dst, const void* src, size_t bytes) = 0;
   virtual void download_impl(void* dst, const void* src, size_t bytes) = 0;
+  // Runs or replays `work` (run_captured has checked nothing yet); the default runs it.
+  virtual bool run_captured_impl(const std::string& key, const std::function<void()>& work) {
+    (void)key;
+    work();
+    return false;
+  }
 
  private:
+  void refuse_inside_captured(const char* what) const;
+  std::mutex captured_mutex_;
+  std::map<std::string, uint64_t> captured_expert_bytes_;  // per key, from its first run
   std::atomic<uint64_t> h2d_calls_{0}, h2d_bytes_{0}, d2h_calls_{0}, d2h_bytes_{0};
   std::atomic<uint64_t> allocs_{0}, alloc_bytes_{0}, expert_weight_bytes_{0};
 };

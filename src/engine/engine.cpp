@@ -32,7 +32,9 @@ double now_s() {
 // decodes frame n while the model makes frame n + 1). With two or more threads the codec gets a
 // backend of its own with max(1, T/4) of the T threads and the model keeps the rest; with one
 // thread both share one single-threaded backend. Neither split changes a byte: both are
-// thread-count invariant.
+// thread-count invariant. On a GPU the codec always gets a backend of its own on the same
+// device: its own stream beside the model's (and its own scratch), so the model's step, captured
+// as a graph on its stream, never takes in a codec kernel.
 struct ThreadPlan {
   BackendOptions model, codec;
   bool pipelined = false;
@@ -40,7 +42,10 @@ struct ThreadPlan {
 
 ThreadPlan plan_threads(const BackendOptions& options) {
   ThreadPlan p{options, options, false};
-  if (engine_device_id(options) != "cpu") return p;  // a device backend serves both
+  if (engine_device_id(options) != "cpu") {
+    p.pipelined = true;
+    return p;
+  }
   const int total = options.threads > 0 ? options.threads : available_cores();
   if (total < 2) return p;
   p.codec.threads = std::max(1, total / 4);

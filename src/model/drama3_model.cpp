@@ -68,7 +68,11 @@ Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCa
       config_(checkpoint.config()),
       capacity_(capacity),
       resident_(make_resident(backend, checkpoint.weights(), checkpoint.config())),
-      ws_(backend) {
+      ws_(backend),
+      capture_id_([] {
+        static std::atomic<uint64_t> next{1};
+        return next.fetch_add(1);
+      }()) {
   if (capacity_.lanes < 1) throw Error("the model needs at least one lane");
   if (capacity_.prefill_chunk < 1) throw Error("the prefill chunk must be at least one row");
   backbone_ = std::make_unique<Backbone>(backend, config_, resident_);
@@ -102,13 +106,17 @@ Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCa
   tower_->reserve(ws_, 2 * B);
 }
 
-Drama3Model::~Drama3Model() = default;
+Drama3Model::~Drama3Model() {
+  backend_.forget_captured();  // its steps name this model's buffers
+}
 
 void Drama3Model::set_masked_experts_for_test(const std::vector<std::vector<int32_t>>& per_layer) {
   for (int64_t l = 0; l < backbone_->stack().num_layers(); ++l)
     if (MoeBlock* m = backbone_->stack().moe(l))
       m->set_masked_experts(l < static_cast<int64_t>(per_layer.size()) ? per_layer[l]
                                                                        : std::vector<int32_t>{});
+  backend_.forget_captured();  // the masks are launches the step keys do not describe
+  captured_traffic_.clear();
 }
 
 void Drama3Model::check_prompt(const Prompt& p, const char* which) const {

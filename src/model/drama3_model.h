@@ -10,8 +10,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -116,6 +118,10 @@ class Drama3Model {
   int64_t tower_rows_[2] = {0, 0};
   StepCounters counters_;
   StepTiming timing_;
+  // Captured steps' keys begin with this model's number (models may share a backend); the weight
+  // traffic the first run of each key counted (a replay adds it).
+  const uint64_t capture_id_;
+  std::map<std::string, WeightTraffic> captured_traffic_;
 };
 
 // Copies the views of a checkpoint's weights to `backend` (zero-copy on the CPU).

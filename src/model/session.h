@@ -58,6 +58,7 @@ struct StepCounters {
   int64_t max_prefill_rows = 0;  // the most prompt rows one step carried
   int64_t frames = 0;
   int64_t session_steps = 0;  // sum over steps of the sessions that made a frame in it
+  int64_t replayed_steps = 0;  // steps replayed from captured work (a CUDA graph)
 };
 
 }  // namespace drama

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -416,11 +417,17 @@ TEST(CudaLanes, TwelveRequestsOnFourLanesEqualEachAloneAndAStepReadsOnce) {
     if (s % 3 == 1) spec.uncond = unconditional_prompt(c, text);
     reqs.push_back(std::move(spec));
   }
+  // Each alone, on a backend that runs every step as it comes (no CUDA graph); the 4-lane model
+  // below replays its decode steps from graphs.
   std::vector<std::vector<int32_t>> want;
   {
-    Drama3Model one(ckpt, *cuda, {1, 128});
+    setenv("DRAMA_CUDA_GRAPHS", "0", 1);
+    std::unique_ptr<Backend> eager = make_backend({"cuda", 0});
+    unsetenv("DRAMA_CUDA_GRAPHS");
+    Drama3Model one(ckpt, *eager, {1, 128});
     for (const SessionSpec& r : reqs)
       want.push_back(one.generate(r.cond, r.uncond ? &*r.uncond : nullptr, r.options, {}).codes);
+    EXPECT_EQ(one.counters().replayed_steps, 0);
   }
   Drama3Model many(ckpt, *cuda, {4, 16});
   std::vector<std::vector<int32_t>> got(reqs.size());
@@ -455,10 +462,13 @@ TEST(CudaLanes, TwelveRequestsOnFourLanesEqualEachAloneAndAStepReadsOnce) {
   ASSERT_EQ(done, reqs.size());
   EXPECT_GT(batched, 0);
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i], want[i]) << "request " << i;
+  EXPECT_GT(many.counters().replayed_steps, 0);
   std::printf(
       "12 requests on 4 CUDA lanes: %lld batched steps, %lld decode steps checked for one "
-      "read and no allocation\n",
-      static_cast<long long>(batched), static_cast<long long>(checked_steps));
+      "read and no allocation, %lld of %lld steps replayed from CUDA graphs\n",
+      static_cast<long long>(batched), static_cast<long long>(checked_steps),
+      static_cast<long long>(many.counters().replayed_steps),
+      static_cast<long long>(many.counters().steps));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // prompt rows than the prefill chunk. Checkpoint: configs/tiny.json (NVFP4), seed 1.
 #include <gtest/gtest.h>
 
+#include <iostream>
 #include <map>
 #include <random>
 
@@ -13,6 +14,7 @@
 #include "util/error.h"
 
 #include "model/model_testing.h"
+#include "model/recording_backend.h"
 
 namespace drama {
 namespace {
@@ -21,7 +23,9 @@ using testing::make_checkpoint;
 
 struct Loaded {
   Loaded(const std::filesystem::path& dir, int threads, ModelCapacity cap)
-      : ckpt(dir), backend(make_backend({"cpu", threads, 0.0})), model(ckpt, *backend, cap) {}
+      : Loaded(dir, make_backend({"cpu", threads, 0.0}), cap) {}
+  Loaded(const std::filesystem::path& dir, std::unique_ptr<Backend> b, ModelCapacity cap)
+      : ckpt(dir), backend(std::move(b)), model(ckpt, *backend, cap) {}
   Checkpoint ckpt;
   std::unique_ptr<Backend> backend;
   Drama3Model model;
@@ -156,6 +160,61 @@ TEST(Sessions, AnyScheduleGivesEachSessionItsCodesAlone) {
     EXPECT_EQ(many.model.active_sessions(), 0);
   }
   EXPECT_EQ(schedules, 10);
+}
+
+// Decode steps as captured work (a CUDA graph on the GPU): the recording backend replays each
+// step shape's recorded calls with the arguments they had when recorded; the codes stay each
+// session's codes alone, so nothing a step passes by value depends on more than its key.
+TEST(Sessions, ReplayedDecodeStepsGiveEachSessionItsCodesAlone) {
+  const auto& dir = tiny_dir();
+  Checkpoint ck(dir);
+  const Drama3Config& c = ck.config();
+  std::vector<Request> reqs;
+  for (uint64_t s = 0; s < 12; ++s) {
+    reqs.push_back(make_request(c, s));
+    reqs.back().spec.options.max_frames = 24 + static_cast<int64_t>(s % 5);  // shapes recur
+  }
+  std::vector<Outcome> want;
+  {
+    Loaded one(dir, 1, {1, 128});
+    for (const Request& r : reqs) want.push_back(alone(one.model, r));
+  }
+  for (int threads : {1, 2}) {
+    auto rec = std::make_unique<testing::RecordingBackend>(make_backend({"cpu", threads, 0.0}));
+    testing::RecordingBackend* recorder = rec.get();
+    Loaded many(dir, std::move(rec), {4, 7});
+    for (uint64_t seed = 0; seed < 3; ++seed) {
+      SCOPED_TRACE("threads " + std::to_string(threads) + " schedule " + std::to_string(seed));
+      int64_t batched = 0;
+      const std::vector<Outcome> got = scheduled(many.model, reqs, seed, batched);
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        EXPECT_EQ(got[i].codes, want[i].codes) << "request " << i;
+        EXPECT_EQ(got[i].stop, want[i].stop) << "request " << i;
+      }
+    }
+    EXPECT_GE(recorder->recordings(), 4);
+    EXPECT_GE(recorder->replays(), 50);
+    EXPECT_EQ(many.model.counters().replayed_steps, recorder->replays());
+    std::cout << "threads " << threads << ": " << recorder->recordings()
+              << " step shapes recorded, " << recorder->replays() << " of "
+              << many.model.counters().steps << " steps replayed\n";
+  }
+}
+
+// Inside captured work an upload, a download or an allocation is an internal error on every
+// backend (a graph would replay it with the data of its capture).
+TEST(Sessions, CapturedWorkRefusesTransfers) {
+  auto be = make_backend({"cpu", 1, 0.0});
+  auto buf = be->alloc(16);
+  float host[4] = {1, 2, 3, 4};
+  EXPECT_THROW(be->run_captured("x", [&] { be->upload(buf->data(), host, sizeof host); }), Error);
+  EXPECT_THROW(be->run_captured("x", [&] { be->download(host, buf->data(), sizeof host); }), Error);
+  EXPECT_THROW(be->run_captured("x", [&] { be->alloc(16); }), Error);
+  EXPECT_THROW(be->run_captured("x", [&] { be->run_captured("y", [] {}); }), Error);
+  be->upload(buf->data(), host, sizeof host);  // outside: allowed again
+  bool ran = false;
+  EXPECT_FALSE(be->run_captured("x", [&] { ran = true; }));  // the CPU runs it, never replays
+  EXPECT_TRUE(ran);
 }
 
 TEST(Sessions, ADecodeStepReadsOnceAndAllocatesNothing) {

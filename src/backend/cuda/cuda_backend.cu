@@ -2,6 +2,7 @@
 // live in one .cu/.cuh pair per family beside this file.
 #include "backend/cuda/cuda_backend.cuh"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "backend/cuda/common.cuh"
@@ -77,6 +78,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   name_ = "cuda (" + std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
           std::to_string(prop.minor) + ")";
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (const char* v = std::getenv("DRAMA_CUDA_GRAPHS")) {
+    const std::string s = v;
+    if (s == "0")
+      graphs_ = false;
+    else if (s != "1" && !s.empty())
+      throw Error("DRAMA_CUDA_GRAPHS=" + s + ": 0 or 1");
+  }
   // The grouped expert kernels (moe.cuh): version 1 unless DRAMA_CUDA_EXPERTS says v2.
   if (const char* v = std::getenv("DRAMA_CUDA_EXPERTS")) {
     const std::string s = v;
@@ -91,6 +99,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   (void)cudaStreamSynchronize(stream_);
+  forget_captured();
   resident_.clear();
   scratch_.reset();
   expert_tables_.clear();
@@ -103,8 +112,10 @@ std::string CudaBackend::name() const {
 
 void* CudaBackend::scratch(size_t bytes) {
   if (!scratch_ || scratch_->bytes() < bytes) {
-    // The old area may still be read by queued kernels.
+    // The old area may still be read by queued kernels, and captured graphs name it.
     synchronize();
+    forget_captured();
+    ++scratch_generation_;
     scratch_ = std::make_unique<CudaBuffer>(bytes + bytes / 2);
   }
   return scratch_->data();
@@ -144,6 +155,61 @@ const void* CudaBackend::resident_bytes(const void* host, size_t bytes) {
   upload(buf->data(), host, bytes);
   resident_.push_back(std::move(buf));
   return resident_.back()->data();
+}
+
+void CudaBackend::forget_captured() {
+  for (auto& [key, c] : captured_)
+    if (c.exec) (void)cudaGraphExecDestroy(c.exec);  // a launched graph completes first
+  captured_.clear();
+}
+
+bool CudaBackend::run_captured_impl(const std::string& key, const std::function<void()>& work) {
+  if (!graphs_) {
+    work();
+    return false;
+  }
+  Captured& c = captured_[key];
+  if (c.exec) {
+    check(cudaGraphLaunch(c.exec, stream_), "cudaGraphLaunch");
+    return true;
+  }
+  if (c.failed || c.runs++ == 0) {
+    work();
+    return false;
+  }
+  const uint64_t generation = scratch_generation_;
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+        "cudaStreamBeginCapture");
+  std::string why;  // why the capture failed ("" while it has not)
+  try {
+    work();
+  } catch (const std::exception& e) {  // an operation a capture refuses, or a real error
+    why = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  cudaError_t status = cudaStreamEndCapture(stream_, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (why.empty() && status != cudaSuccess) why = cudaGetErrorString(status);
+  if (why.empty() && generation != scratch_generation_) why = "the scratch area moved";
+  if (why.empty()) {
+    status = cudaGraphInstantiate(&exec, graph, 0);
+    if (status != cudaSuccess) why = cudaGetErrorString(status);
+  }
+  if (graph) (void)cudaGraphDestroy(graph);
+  if (!why.empty()) {
+    // Nothing of `work` ran on the device: say why once and run it as it comes (a real error
+    // then throws from there).
+    (void)cudaGetLastError();
+    if (exec) (void)cudaGraphExecDestroy(exec);
+    captured_[key].failed = true;  // (forget_captured may have dropped the entry)
+    std::fprintf(stderr, "drama: CUDA graph capture of %s failed (%s); it runs without a graph\n",
+                 key.c_str(), why.c_str());
+    work();
+    return false;
+  }
+  captured_[key].exec = exec;
+  check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  return false;  // `work` ran on the host (its counts are made); the device ran the graph
 }
 
 void CudaBackend::synchronize() {

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@ class CudaBackend final : public Backend {
   LinearWeight resident(const LinearWeight& host) override;
   const void* resident_bytes(const void* host, size_t bytes) override;
   void synchronize() override;
+  void forget_captured() override;
 
   void copy_2d(float* dst, int64_t dst_stride, const float* src, int64_t src_stride,
                int64_t src_col_stride, int64_t rows, int64_t cols) override;
@@ -70,7 +72,10 @@ class CudaBackend final : public Backend {
   // Which grouped expert kernels moe_experts runs (1 or 2, moe.cuh): DRAMA_CUDA_EXPERTS=v1|v2 read
   // at construction (default 1), or set_moe_experts_version (grouped_experts.h).
   int experts_version() const { return experts_version_; }
-  void set_experts_version(int version) { experts_version_ = version; }
+  void set_experts_version(int version) {
+    experts_version_ = version;
+    forget_captured();  // captured steps hold the other version's launches
+  }
 
   void guidance_combine(const float* logits, int64_t vocab, const GuidanceRow* rows, int64_t n,
                         float* out) override;
@@ -97,8 +102,19 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> alloc_impl(size_t bytes) override;
   void upload_impl(void* dst, const void* src, size_t bytes) override;
   void download_impl(void* dst, const void* src, size_t bytes) override;
+  // A key's first run as it comes (lazy tables, scratch growth), its second captured into a
+  // CUDA graph on the stream, then replays; DRAMA_CUDA_GRAPHS=0 runs every step as it comes.
+  bool run_captured_impl(const std::string& key, const std::function<void()>& work) override;
 
  private:
+  struct Captured {
+    int runs = 0;
+    bool failed = false;  // the capture failed: this key runs as it comes
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::map<std::string, Captured> captured_;
+  bool graphs_ = true;
+  uint64_t scratch_generation_ = 0;  // a new scratch area drops every captured graph
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
