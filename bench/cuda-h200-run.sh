@@ -2,9 +2,11 @@
 # One call on the GPU machine (docs/cuda-backend.md, "Receipts"): the grouped expert kernels v2 ==
 # v1 bitwise, the numerical contract and the CUDA-vs-CPU parity tests on CUDA (each with the
 # grouped expert kernels v1 and v2), the synthetic bench-30b-a3b decode bench (v1 and v2 side by
-# side), Nsight Compute on the expert kernels, a `say` and a /health check, all from a folder
+# side, each step also as a CUDA graph), Nsight Compute on the expert kernels, the HTTP suite
+# (serve e2e and lanes) against `drama serve --backend cuda`, a `say` and a /health check, all from a folder
 # made here by
-#   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp -r configs DIR/ && cp bench/cuda-h200-run.sh DIR/
+#   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity server_test_serve_e2e server_test_serve_lanes \
+#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh DIR/
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -100,6 +102,16 @@ for name in ("contract-h200.json", "contract-v2-h200.json", "decode-h200.json"):
         json.dump(j, open(path, "w"), indent=2)
 print(machine)
 PY
+  section "HTTP suite against drama serve --backend cuda (tiny checkpoint)"
+  for t in server_test_serve_e2e server_test_serve_lanes; do
+    if [ -x "$here/bundle/$t" ]; then
+      DRAMA_SERVER_BACKEND=cuda DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/$t \
+        timeout 240 "$here/bundle/$t" --gtest_output=json:"$out/$t-h200.json"
+      echo "$t exit $?"
+    else
+      echo "$t not bundled"
+    fi
+  done
   section "say --backend auto (mini)"
   timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
   section "serve --backend cuda: /health"

@@ -93,7 +93,7 @@ class ServeLanes : public ::testing::Test {
             "--voices",
             (dir_ / "voices").string(),
             "--backend",
-            "cpu",
+            env_or("DRAMA_SERVER_BACKEND", "cpu"),  // cuda on the GPU machine (cuda-h200-run.sh)
             "--threads",
             "2",
             "--cfg",
