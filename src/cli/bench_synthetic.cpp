@@ -257,7 +257,11 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   for (const int v : versions)
     for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.push_back({v, rows, false});
   for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.push_back({0, rows, true});
-  for (const auto& [version, rows, captured] : step_runs) {
+  for (const StepRun& run : step_runs) {
+    // (plain names, not a structured binding: clang 14 does not capture those in lambdas)
+    const int version = run.version;
+    const int64_t rows = run.rows;
+    const bool captured = run.captured;
     use_version(version);
     HostRowTables host_tables;
     for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
