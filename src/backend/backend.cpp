@@ -72,7 +72,6 @@ void Backend::refuse_inside_captured(const char* what) const {
 
 bool Backend::run_captured(const std::string& key, const std::function<void()>& work) {
   if (t_inside_captured) throw Error("internal: run_captured inside captured work");
-  const uint64_t experts0 = expert_weight_bytes_.load(std::memory_order_relaxed);
   t_inside_captured = this;
   bool replayed = false;
   try {
@@ -82,13 +81,6 @@ bool Backend::run_captured(const std::string& key, const std::function<void()>& 
     throw;
   }
   t_inside_captured = nullptr;
-  std::lock_guard lock(captured_mutex_);
-  if (replayed) {
-    auto it = captured_expert_bytes_.find(key);
-    if (it != captured_expert_bytes_.end()) count_expert_weight_bytes(it->second);
-  } else {
-    captured_expert_bytes_[key] = expert_weight_bytes_.load(std::memory_order_relaxed) - experts0;
-  }
   return replayed;
 }
 

@@ -13,9 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -113,8 +111,9 @@ class Backend {
   // that captures runs a key's first occurrence as it comes, captures the second and replays it
   // from then on; the CPU runs `work` every time. No upload, download or allocation may happen
   // inside `work` on the calling thread: on every backend that is an internal error, so the
-  // CPU's tests catch what a capture would bake in. The expert weight bytes counted by the first
-  // run are counted again by each replay. Returns true when the call was a replay.
+  // CPU's tests catch what a capture would bake in. A replay runs nothing on the host, so it
+  // counts nothing (Workspace::run_captured counts a replay as its key's first run). Returns
+  // true when the call was a replay.
   bool run_captured(const std::string& key, const std::function<void()>& work);
   // Drops every captured sequence (after a change that the keys do not describe).
   virtual void forget_captured() {}
@@ -247,8 +246,6 @@ class Backend {
 
  private:
   void refuse_inside_captured(const char* what) const;
-  std::mutex captured_mutex_;
-  std::map<std::string, uint64_t> captured_expert_bytes_;  // per key, from its first run
   std::atomic<uint64_t> h2d_calls_{0}, h2d_bytes_{0}, d2h_calls_{0}, d2h_bytes_{0};
   std::atomic<uint64_t> allocs_{0}, alloc_bytes_{0}, expert_weight_bytes_{0};
 };

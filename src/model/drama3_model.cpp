@@ -115,8 +115,7 @@ void Drama3Model::set_masked_experts_for_test(const std::vector<std::vector<int3
     if (MoeBlock* m = backbone_->stack().moe(l))
       m->set_masked_experts(l < static_cast<int64_t>(per_layer.size()) ? per_layer[l]
                                                                        : std::vector<int32_t>{});
-  backend_.forget_captured();  // the masks are launches the step keys do not describe
-  captured_traffic_.clear();
+  ws_.forget_captured();  // the masks are launches the step keys do not describe
 }
 
 void Drama3Model::check_prompt(const Prompt& p, const char* which) const {

@@ -10,10 +10,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
-#include <string>
 #include <vector>
 
 #include "format/checkpoint.h"
@@ -39,7 +37,8 @@ struct TeacherForcedLogits {
   std::vector<float> tower;      // [F, K - 1, codebook_size]
 };
 
-// Wall-clock split of generation, for `drama bench decode`.
+// Wall-clock split of generation, for `drama bench decode`. A replayed step (a CUDA graph) has
+// no host-side boundary between backbone and tower: all of it counts as tower_s.
 struct StepTiming {
   double backbone_s = 0, tower_s = 0, prefill_s = 0;
   int64_t frames = 0;
@@ -118,10 +117,8 @@ class Drama3Model {
   int64_t tower_rows_[2] = {0, 0};
   StepCounters counters_;
   StepTiming timing_;
-  // Captured steps' keys begin with this model's number (models may share a backend); the weight
-  // traffic the first run of each key counted (a replay adds it).
+  // Captured steps' keys begin with this model's number (models may share a backend).
   const uint64_t capture_id_;
-  std::map<std::string, WeightTraffic> captured_traffic_;
 };
 
 // Copies the views of a checkpoint's weights to `backend` (zero-copy on the CPU).

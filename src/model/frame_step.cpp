@@ -308,15 +308,7 @@ std::vector<StepEvent> Drama3Model::step() {
       for (int64_t n : ps.count) key += ":" + std::to_string(n);
     for (const Plan::HeadPass& hp : plan.head) key += ":" + std::to_string(hp.rows);
     key += ":" + std::to_string(plan.last_rows) + ":" + std::to_string(E);
-    const WeightTraffic before = ws_.traffic;
-    if (backend_.run_captured(key, work)) {
-      const WeightTraffic& t = captured_traffic_[key];  // what the key's first run counted
-      ws_.traffic.bytes += t.bytes;
-      ws_.traffic.calls += t.calls;
-      ++counters_.replayed_steps;
-    } else {
-      captured_traffic_[key] = {ws_.traffic.bytes - before.bytes, ws_.traffic.calls - before.calls};
-    }
+    if (ws_.run_captured(key, work)) ++counters_.replayed_steps;
   }
   for (int p = 0; p < 2; ++p)
     for (int kind = 0; kind < kKinds; ++kind)

@@ -42,6 +42,23 @@ uint64_t Workspace::weight_bytes_read() const {
   return traffic.bytes + backend_.transfers().expert_weight_bytes;
 }
 
+bool Workspace::run_captured(const std::string& key, const std::function<void()>& work) {
+  const WeightTraffic t0 = traffic;
+  WeightTraffic& first = captured_[key];
+  if (backend_.run_captured(key, work)) {
+    traffic.bytes += first.bytes;
+    traffic.calls += first.calls;
+    return true;
+  }
+  first = {traffic.bytes - t0.bytes, traffic.calls - t0.calls};
+  return false;
+}
+
+void Workspace::forget_captured() {
+  captured_.clear();
+  backend_.forget_captured();
+}
+
 void Workspace::copy_rows(const float* src, int64_t rows, int64_t dim, float* dst) {
   if (rows > 0) backend_.copy_2d(dst, dim, src, dim, 1, rows, dim);
 }

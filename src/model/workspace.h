@@ -4,8 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -61,6 +64,12 @@ class Workspace {
   // inside the backend's moe_experts, which counts its own: weight_bytes_read() adds both).
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
   uint64_t weight_bytes_read() const;
+  // backend().run_captured(key, work), a replay counting the linear traffic its key's first run
+  // counted (a function of the shapes, so exact). The expert bytes a backend counts depend on the
+  // experts the rows chose, which a replay does not see on the host: a replay adds none (CUDA
+  // counts none at all). forget_captured() drops the memo and the backend's captured work.
+  bool run_captured(const std::string& key, const std::function<void()>& work);
+  void forget_captured();
   // dst = src (rows x dim, both contiguous).
   void copy_rows(const float* src, int64_t rows, int64_t dim, float* dst);
   void zero(float* dst, size_t count);
@@ -70,6 +79,7 @@ class Workspace {
  private:
   void* buffer_bytes(Buf buf, size_t bytes);
   Backend& backend_;
+  std::map<std::string, WeightTraffic> captured_;  // per key, what its first run counted
   std::vector<std::unique_ptr<DeviceBuffer>> buffers_;
 };
 

@@ -192,6 +192,20 @@ TEST(Sessions, ReplayedDecodeStepsGiveEachSessionItsCodesAlone) {
         EXPECT_EQ(got[i].stop, want[i].stop) << "request " << i;
       }
     }
+    // A replay counts the linear traffic its key's first run counted: the same schedule on the
+    // plain backend makes the same products of the same bytes. (The recording backend, as CUDA,
+    // counts no expert bytes.)
+    if (threads == 1) {
+      Loaded plain(dir, 1, {4, 7});
+      Loaded recorded(
+          dir, std::make_unique<testing::RecordingBackend>(make_backend({"cpu", 1, 0.0})), {4, 7});
+      int64_t unused = 0;
+      scheduled(plain.model, reqs, 0, unused);
+      scheduled(recorded.model, reqs, 0, unused);
+      EXPECT_GT(recorded.model.counters().replayed_steps, 0);
+      EXPECT_EQ(recorded.model.workspace().traffic.bytes, plain.model.workspace().traffic.bytes);
+      EXPECT_EQ(recorded.model.workspace().traffic.calls, plain.model.workspace().traffic.calls);
+    }
     EXPECT_GE(recorder->recordings(), 4);
     EXPECT_GE(recorder->replays(), 50);
     EXPECT_EQ(many.model.counters().replayed_steps, recorder->replays());
