@@ -1,7 +1,9 @@
 // Python tools on the system python (numpy, torch 1.13): tools/eval/test_eval.py (the cloning
 // check's speaker classifier and tools/eval/speaker_check.py on a small synthetic corpus) and
 // bench/test_torch_baselines.py (the plain PyTorch step of bench/torch_baselines.py equals the
-// reference model's backbone step on a tiny checkpoint). A few seconds each.
+// reference model's backbone step on a tiny checkpoint) and tools/corpus/test_corpus.py (the
+// WordNet sentences and glosses, synth.py's plan, a small synthesis where festival and espeak-ng
+// are installed). A few seconds each.
 #include <gtest/gtest.h>
 
 #include "model/model_testing.h"
@@ -23,6 +25,10 @@ TEST(PythonTools, EvalSelfTestsPass) {
 
 TEST(PythonTools, TorchBaselinePlainStepEqualsTheReference) {
   run_python_tests("bench/test_torch_baselines.py");
+}
+
+TEST(PythonTools, CorpusSelfTestsPass) {
+  run_python_tests("tools/corpus/test_corpus.py");
 }
 
 }  // namespace

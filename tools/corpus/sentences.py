@@ -13,6 +13,14 @@ rewrites that list. Split: of the rest, the 300 sentences with the smallest ids 
 evaluation and never trained on; heldout-ids.txt (committed) lists them, and load() checks the
 split against it.
 
+Glosses (glosses()): extra training text for the model stage, under the same WordNet 3.0
+license. Of every synset's gloss (the text after "|"), the first ";"-separated segment, stripped,
+is kept when it holds no double quote, has 4 to 14 words and is only lower-case letters, spaces,
+commas, apostrophes and hyphens (starting and ending with a letter); its text is that segment
+with the first letter upper-cased and a "." appended, its id the SHA-256 prefix as for sentences.
+Kept once; any whose id is held out, or whose text equals an example sentence, is dropped (so no
+held-out text is ever trained on). About 60000. No dictionary filter: they are never scored.
+
     python3 tools/corpus/sentences.py [--wordnet DIR] [--dict DICT] [--write-heldout]
 """
 
@@ -31,29 +39,53 @@ DEFAULT_DICT = "/usr/share/pocketsphinx/model/en-us/cmudict-en-us.dict"
 
 _SENTENCE = re.compile(r"[A-Z][A-Za-z ,'\-]*[a-z][.!?]?")
 _QUOTED = re.compile(r'"([^"]*)"')
+_GLOSS = re.compile(r"[a-z][a-z ,'\-]*[a-z]")
 
 
 def sentence_id(text):
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
 
 
-def extract(wordnet_dir):
-    """Sorted list of (id, text) of every usable example sentence."""
-    seen = {}
+def _gloss_parts(wordnet_dir):
+    """The gloss (text after "|") of every synset line of data.{adj,adv,noun,verb}."""
     for part in ("adj", "adv", "noun", "verb"):
         path = os.path.join(wordnet_dir, "data." + part)
         with open(path, encoding="latin-1") as f:
             for line in f:
                 if line.startswith("  ") or "|" not in line:
                     continue  # the license header, or a line without a gloss
-                for quoted in _QUOTED.findall(line.split("|", 1)[1]):
-                    text = " ".join(quoted.split())
-                    words = text.split()
-                    if not _SENTENCE.fullmatch(text) or not 5 <= len(words) <= 14:
-                        continue
-                    if "--" in text or any(sum(c.isupper() for c in w) > 1 for w in words):
-                        continue
-                    seen[sentence_id(text)] = text
+                yield line.split("|", 1)[1]
+
+
+def extract(wordnet_dir):
+    """Sorted list of (id, text) of every usable example sentence."""
+    seen = {}
+    for gloss in _gloss_parts(wordnet_dir):
+        for quoted in _QUOTED.findall(gloss):
+            text = " ".join(quoted.split())
+            words = text.split()
+            if not _SENTENCE.fullmatch(text) or not 5 <= len(words) <= 14:
+                continue
+            if "--" in text or any(sum(c.isupper() for c in w) > 1 for w in words):
+                continue
+            seen[sentence_id(text)] = text
+    return sorted(seen.items())
+
+
+def glosses(wordnet_dir=DEFAULT_WORDNET):
+    """Sorted list of (id, text) of the gloss definitions kept as extra training text (module
+    docstring); none is held out or equal to an example sentence."""
+    heldout = set(read_ids(HELDOUT_FILE))
+    examples = {t for _, t in extract(wordnet_dir)}
+    seen = {}
+    for gloss in _gloss_parts(wordnet_dir):
+        first = gloss.split(";", 1)[0].strip()
+        if '"' in first or not 4 <= len(first.split()) <= 14 or not _GLOSS.fullmatch(first):
+            continue
+        text = first[0].upper() + first[1:] + "."
+        i = sentence_id(text)
+        if i not in heldout and text not in examples:
+            seen[i] = text
     return sorted(seen.items())
 
 
@@ -133,7 +165,8 @@ def main(argv=None):
             f.write("# Held-out sentence ids (tools/corpus/sentences.py): never trained on.\n")
             f.writelines(i + "\n" for i, _ in heldout)
     train, heldout = load(args.wordnet)
-    print(f"{len(train)} training sentences, {len(heldout)} held out")
+    print(f"{len(train)} training sentences, {len(heldout)} held out, "
+          f"{len(glosses(args.wordnet))} glosses (extra training text)")
     return 0
 
 

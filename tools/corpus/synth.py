@@ -1,7 +1,8 @@
 """Synthesizes the drama-mini corpus from Debian's own synthesizers and text (docs/training.md).
 
     python3 tools/corpus/synth.py --out DIR [--root ROOT] [--speakers ID,...]
-        [--train-per-speaker N] [--heldout-per-speaker K [--heldout-same]] [--jobs J]
+        [--train-per-speaker N] [--heldout-per-speaker K [--heldout-same]]
+        [--gloss-per-speaker G] [--jobs J]
 
 Writes DIR/wav/<speaker>/<sentence id>.wav (24 kHz mono 16-bit), DIR/corpus.tsv (one line per
 utterance: speaker, sentence id, split, seconds, path, text) and DIR/corpus.json (speakers,
@@ -9,6 +10,11 @@ counts, sources). Rerunning skips utterances already written (each file is writt
 temporary name, then renamed), so an interrupted run resumes. The same arguments always give
 the same utterances (sentence choice per speaker is keyed by SHA-256, synthesizers are
 deterministic).
+
+--gloss-per-speaker G (default 0): each speaker also says the first G WordNet glosses
+(sentences.glosses()) in its own keyed order, split "gloss": extra text for the model stage
+only; readers of split "train" (the codec) see the same utterances as without it. With G=0
+corpus.tsv and corpus.json are what they were before the option existed.
 
 --root ROOT: run festival and espeak-ng from Debian's .deb files unpacked into ROOT with
 `dpkg -x` (tools/corpus/fetch-debs.sh, then unpack-debs.sh), on a machine without those packages:
@@ -76,13 +82,20 @@ def keyed_order(speaker_id, items):
 
 
 def assignments(speaker_list, train, heldout, train_per_speaker, heldout_per_speaker,
-                heldout_same=False):
-    """List of (speaker, [(id, text, split)]) in a fixed order."""
+                heldout_same=False, glosses=(), gloss_per_speaker=0):
+    """List of (speaker, [(id, text, split)]) in a fixed order: a speaker's training sentences,
+    then its held-out ones, then (gloss_per_speaker > 0) its glosses, split "gloss"."""
+    if gloss_per_speaker > 0:
+        clash = {i for i, _ in glosses} & {i for i, _ in list(train) + list(heldout)}
+        if clash:  # their texts differ (glosses() drops example texts): a SHA-256 prefix clash
+            raise ValueError(f"gloss ids equal to sentence ids: {sorted(clash)[:5]}")
     out = []
     for s in speaker_list:
         chosen = [(i, t, "train") for i, t in keyed_order(s["id"], train)[:train_per_speaker]]
         ordered = heldout if heldout_same else keyed_order(s["id"], heldout)
         chosen += [(i, t, "heldout") for i, t in ordered[:heldout_per_speaker]]
+        if gloss_per_speaker > 0:
+            chosen += [(i, t, "gloss") for i, t in keyed_order(s["id"], glosses)[:gloss_per_speaker]]
         out.append((s, chosen))
     return out
 
@@ -151,15 +164,19 @@ def main(argv=None):
     p.add_argument("--heldout-per-speaker", type=int, default=300)
     p.add_argument("--heldout-same", action="store_true",
                    help="every speaker says the first K held-out sentences by id (evaluation)")
+    p.add_argument("--gloss-per-speaker", type=int, default=0,
+                   help="each speaker also says G WordNet glosses, split \"gloss\" (model-stage text)")
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--chunk", type=int, default=40, help="utterances per synthesizer process")
     args = p.parse_args(argv)
 
     tools = Tools(args.root)
     train, heldout = sentences.load(tools.wordnet)
+    glosses = sentences.glosses(tools.wordnet) if args.gloss_per_speaker > 0 else []
     speaker_list = speakers.by_id(args.speakers.split(",") if args.speakers else None)
     plan = assignments(speaker_list, train, heldout, args.train_per_speaker,
-                       args.heldout_per_speaker, args.heldout_same)
+                       args.heldout_per_speaker, args.heldout_same, glosses,
+                       args.gloss_per_speaker)
     os.makedirs(args.out, exist_ok=True)
     tasks = [(args.root, args.out, s, items[k:k + args.chunk])
              for s, items in plan for k in range(0, len(items), args.chunk)]
@@ -187,6 +204,11 @@ def main(argv=None):
         "tools": "festival + festvox-us-slt-hts, festvox-kallpc16k, festvox-kdlpc16k; espeak-ng",
         "mode": "dpkg -x root" if args.root else "system packages",
     }
+    if args.gloss_per_speaker > 0:
+        # Only then, so that a corpus without glosses keeps its corpus.json byte for byte.
+        summary["gloss_per_speaker"] = args.gloss_per_speaker
+        summary["text"] += ("; split gloss: WordNet 3.0 gloss definitions (first segment, "
+                            f"{len(glosses)} usable; model-stage training text only)")
     with open(os.path.join(args.out, "corpus.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"corpus: {len(rows)} utterances ({done} synthesized now), hours {summary['hours']}")
