@@ -15,8 +15,10 @@
 # plus progress.json, train.log and nvidia-smi's line (device.txt). Here, afterwards:
 #   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
-#   ["train-carry/resume/model", "train-carry/resume/codes", "train-carry/resume/progress.json"]
-# A chunk returns only the folders it changed: codec/, or codes/ + model/, or model/.
+#   ["train-carry/resume/model", "train-carry/resume/progress.json"] on the warm machine that made
+# the codes. A cold machine first gets ["train-carry/debs", "train-carry/resume/codec",
+# "train-carry/resume/progress.json"] with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3
+# minutes), then the model carry. A chunk returns only what it changed: codec/, or model/.
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
 # DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
@@ -37,19 +39,39 @@ py="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
 mkdir -p "$out"
-# The state to continue from: the machine's own (with moments) unless resume/ is further on.
+# The state to continue from, folder by folder (codec/, codes/, model/): the machine's own (fp32,
+# with optimizer moments) unless resume/ holds one further on (a higher saved step) or the machine
+# lacks it; progress.json merged (stages done, the larger seconds of each). So a cold machine can
+# be given the codec first (DRAMA_TRAIN_UNTIL=encode: corpus and codes, which never travel) and
+# the model state in the next call.
 "$py" - "$carry/resume" "$work" <<'PY'
 import json, os, shutil, sys
 resume, work = sys.argv[1:]
-def spent(folder):
+def step(folder):
+    p = os.path.join(folder, "state", "state.json")
+    return json.load(open(p))["step"] if os.path.exists(p) else -1
+def progress(folder):
     p = os.path.join(folder, "progress.json")
-    return sum(json.load(open(p))["seconds"].values()) if os.path.exists(p) else -1.0
-if spent(resume) > spent(work):
-    shutil.rmtree(work, ignore_errors=True)
-    shutil.copytree(resume, work)
-    print(f"gpu-chunk: state from {resume} ({spent(resume):.0f} s of training)")
-else:
-    print(f"gpu-chunk: state of this machine ({max(spent(work), 0):.0f} s of training)")
+    return json.load(open(p)) if os.path.exists(p) else {"done": [], "seconds": {}}
+os.makedirs(work, exist_ok=True)
+if os.path.isdir(resume):
+    for name in sorted(os.listdir(resume)):
+        src, dst = os.path.join(resume, name), os.path.join(work, name)
+        if not os.path.isdir(src):
+            continue
+        if not os.path.exists(dst) or step(src) > step(dst):
+            shutil.rmtree(dst, ignore_errors=True)
+            shutil.copytree(src, dst)
+            print(f"gpu-chunk: {name}/ from {resume} (step {step(src)})")
+        else:
+            print(f"gpu-chunk: {name}/ of this machine (step {step(dst)})")
+    a, b = progress(resume), progress(work)
+    merged = dict(a, **b)
+    merged["done"] = [s for s in ("codec", "encode", "model", "export") if s in a["done"] + b["done"]]
+    merged["seconds"] = {k: max(a["seconds"].get(k, 0.0), b["seconds"].get(k, 0.0))
+                         for k in sorted(set(a["seconds"]) | set(b["seconds"]))}
+    with open(os.path.join(work, "progress.json"), "w") as f:
+        json.dump(merged, f, indent=1)
 PY
 mkdir -p "$work"
 # What this chunk does: the codec until its recipe's steps (returns codec/); then the codes from
@@ -57,10 +79,12 @@ mkdir -p "$work"
 phase=$("$py" - "$work" "$recipe" <<'PY'
 import json, os, sys
 work, recipe = sys.argv[1:]
-steps = json.load(open(recipe))["codec"]["steps"]
+r = json.load(open(recipe))
+steps = r["codec"]["steps"]
 codec = os.path.join(work, "codec", "state", "state.json")
 codes = os.path.join(work, "codes", "index.json")
-fresh_codes = os.path.exists(codes) and json.load(open(codes)).get("codec_step") == steps
+made = json.load(open(codes)) if os.path.exists(codes) else {}
+fresh_codes = made.get("codec_step") == steps and made.get("corpus") == r.get("corpus")
 if fresh_codes:
     print("model")
 elif not os.path.exists(codec):
@@ -70,20 +94,34 @@ else:
 PY
 )
 if [ "$phase" = stale ]; then
-  echo "gpu-chunk: no codec state and no codes from the final codec: carry train-carry/resume whole (docs/training.md)" >&2
+  echo "gpu-chunk: no codec state and no codes from the final codec here: first a call carrying train-carry/debs and train-carry/resume/codec with DRAMA_TRAIN_UNTIL=encode (docs/training.md)" >&2
   exit 1
 fi
 echo "gpu-chunk: $phase stage"
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true) > "$out/device.txt" 2>&1
 "$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())" | tee -a "$out/device.txt"
 
+# synth.py's counts from the recipe's "corpus" (the codec reads split "train" only, the model
+# also split "gloss"); a corpus made with other counts is made again.
+corpus_args() {
+  "$py" -c 'import json, sys
+c = json.load(open(sys.argv[1])).get("corpus", {"heldout_per_speaker": 2})
+print(" ".join("--" + k.replace("_", "-") + " " + str(v) for k, v in sorted(c.items())))' "$recipe"
+}
+if [ -f "$corpus/corpus.json" ] && ! "$py" -c 'import json, sys
+c = json.load(open(sys.argv[1])).get("corpus")
+made = json.load(open(sys.argv[2]))
+sys.exit(0 if c is None or all(made.get(k, 0) == v for k, v in c.items()) else 1)' "$recipe" "$corpus/corpus.json"; then
+  echo "gpu-chunk: $corpus was synthesized with other counts than the recipe's: made again"
+  rm -rf "$corpus"
+fi
 if [ "$phase" != model ] && [ ! -f "$corpus/corpus.json" ]; then  # codec and encode read audio
   if [ ! -d "$root/usr" ]; then
     tools/corpus/unpack-debs.sh "$carry/debs" "$root"
   fi
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  "$py" tools/corpus/synth.py --out "$corpus" --root "$root" --heldout-per-speaker 2 \
+  "$py" tools/corpus/synth.py --out "$corpus" --root "$root" $(corpus_args) \
     --jobs "$(nproc)" ${DRAMA_CORPUS_ARGS:-}
   echo "gpu-chunk: corpus synthesized in $(( $(date +%s) - t0 )) s on $(nproc) cores" | tee -a "$out/device.txt"
 fi
@@ -120,23 +158,35 @@ fi
 left=$(( minutes * 60 - ($(date +%s) - start) ))
 until_args=()
 if [ "$phase" = codec ]; then until_args=(--until codec); fi
+if [ -n "${DRAMA_TRAIN_UNTIL:-}" ]; then until_args=(--until "$DRAMA_TRAIN_UNTIL"); fi
 # shellcheck disable=SC2086
 "$py" tools/train/train.py next "${until_args[@]}" --work "$work" --corpus "$corpus" --config "$config" \
   --recipe "$recipe" --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
-# What travels back: the folders this chunk changed (codec/; or codes/ and model/; or model/),
-# without optimizer moments, and progress.json, as a tar in 16 MiB pieces (the device tool
-# returns at most 8 files of 16 MiB, 64 MiB in all; codec 19 MB, codes 10 MB, model 44.5 MB).
+# What travels back: what this chunk changed, without optimizer moments, and progress.json, as a
+# tar in 16 MiB pieces (the device tool returns at most 8 files of 16 MiB, 64 MiB in all): the
+# codec stage its codec/ (19 MB); the encode and model stages model/ with its state as a BF16
+# travel copy (tools/train/state.py travel) beside best/ (BF16), 22 + 22 MB. The codes (50 MB
+# with the glosses) never travel: a cold machine makes them again from codec/ (above).
 # (A chunk that returned codec, codes and model together, 72 MB, lost a piece on 2026-12-01.)
+back="$work.back"
+rm -rf "$back"
+mkdir -p "$back"
 case "$phase" in
-  codec) back=(./codec) ;;
-  encode) back=(./codes ./model) ;;
-  *) back=(./model) ;;
+  codec) cp -r "$work/codec" "$back/codec" ;;
+  *)
+    if [ -d "$work/model" ]; then
+      mkdir -p "$back/model"
+      for f in "$work/model"/*; do
+        if [ "$(basename "$f")" != state ]; then cp -r "$f" "$back/model/"; fi
+      done
+      if [ -d "$work/model/state" ]; then "$py" tools/train/state.py travel "$work/model/state" "$back/model/state"; fi
+    fi ;;
 esac
-existing=()
-for f in "${back[@]}"; do if [ -e "$work/$f" ]; then existing+=("$f"); fi; done
-(cd "$work" && find "${existing[@]}" ./progress.json -type f ! -name 'moments-*' ! -path './codec/eval/*' \
+cp "$work/progress.json" "$back/progress.json"
+(cd "$back" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' \
   | LC_ALL=C sort | tar -cf - -T -) | split -b 16M -d - "$out/work.tar."
+rm -rf "$back"
 cp "$work/progress.json" "$out/progress.json"
 du -ch "$out"/work.tar.* | tail -1 | tee -a "$out/train.log"
 echo "gpu-chunk: $(( $(date +%s) - start )) s" | tee -a "$out/train.log"

@@ -3,7 +3,8 @@
 
     tools/train/receipt.py WORK OUT_JSON [--note TEXT ...]
 
-Reads WORK/progress.json and each stage's losses.tsv (codec/, model/) and writes, per stage, the
+Reads WORK/progress.json and each stage's losses.tsv (codec/, model/; model/heldout.tsv, the
+held-out losses, whole, and the step exported) and writes, per stage, the
 steps done, GPU seconds spent, steps per second, the first, every-tenth and last logged rows, and
 for the codec the fewest codes any codebook used in the last logged rows (a collapse shows as 1).
 Standard library only; no paths or hostnames in the output.
@@ -61,6 +62,14 @@ def main():
     if os.path.exists(eval_path) and "codec" in receipt["stages"]:
         receipt["stages"]["codec"]["reconstruction_wer"] = [
             {k: v for k, v in r.items() if v is not None} for r in read_tsv(eval_path)]
+    heldout_path = os.path.join(args.work, "model", "heldout.tsv")
+    if os.path.exists(heldout_path) and "model" in receipt["stages"]:
+        # teacher-forced losses on held-out sentences beside training ones (HeldoutMonitor)
+        receipt["stages"]["model"]["heldout"] = read_tsv(heldout_path)
+        best = os.path.join(args.work, "model", "best", "state.json")
+        if os.path.exists(best):
+            info = json.load(open(best))
+            receipt["stages"]["model"]["exported_step"] = {"step": info["step"], "heldout_loss": info["heldout"]}
     seconds = progress.get("seconds", {})
     receipt["gpu_minutes_spent"] = round(sum(v for k, v in seconds.items() if "@" not in k) / 60, 2)
     receipt["cpu_seconds"] = {k: v for k, v in seconds.items() if "@" in k}

@@ -36,6 +36,7 @@ import layout  # noqa: E402
 import mimi  # noqa: E402
 import model as model_lib  # noqa: E402
 import safetensors_io  # noqa: E402
+import state as state_lib  # noqa: E402
 import train  # noqa: E402
 
 TINY = os.path.join(HERE, "tiny.json")
@@ -267,6 +268,47 @@ class GraphSafety(unittest.TestCase):
                 self.assertLess(relative_l2(emb, expected), 1e-6, n_q)
 
 
+class Monitor(unittest.TestCase):
+    def test_best_weights_and_patience_carry_across_chunks(self):
+        config = train.load_json(TINY)
+        utterances = [{"key": f"s{s}.{i}", "speaker": f"s{s}", "split": "heldout" if i == 0 else "train",
+                       "tokens": [1, 2, 3], "codes": torch.zeros(3, 8, dtype=torch.int64)}
+                      for s in range(2) for i in range(3)]
+        r = {"eval_every": 10, "patience": 2}
+        m = model_lib.Drama3Train(config, 1, "cpu")
+        with tempfile.TemporaryDirectory() as folder:
+            def monitor(sequence):
+                mon = train.HeldoutMonitor(folder, config, r, utterances, 1, "cpu")
+                self.assertEqual(len(mon.pairs["heldout"]), 2)
+                for ref, target in mon.pairs["heldout"]:  # a training reference of its speaker
+                    self.assertEqual((ref["split"], ref["speaker"]), ("train", target["speaker"]))
+                values = iter(sequence)
+                mon.losses = lambda _m, pairs: next(values) if pairs is mon.pairs["heldout"] else loss(0.5)
+                return mon
+
+            def loss(x):
+                return {"codebook0": x, "tower": 0.0}
+
+            mon = monitor([loss(3.0), loss(9.0), loss(2.0), loss(9.0), loss(1.0), loss(9.0)])
+            self.assertFalse(mon.due(5))
+            self.assertTrue(mon.due(10))
+            self.assertFalse(mon.evaluate(m, 10))  # best: 3 at step 10
+            self.assertFalse(mon.evaluate(m, 20))  # one without a better loss
+            self.assertFalse(mon.evaluate(m, 30))  # best: 2 at step 30
+            mon.save()
+            # The next chunk reads the best and the evaluations since it from the files.
+            mon = monitor([loss(9.0), loss(9.0), loss(9.0)])
+            self.assertEqual((mon.best_step, mon.best_loss, mon.since), (30, 2.0, 0))
+            self.assertFalse(mon.evaluate(m, 40))
+            mon.save()
+            mon = monitor([loss(9.0), loss(9.0)])
+            self.assertEqual(mon.since, 1)
+            self.assertTrue(mon.evaluate(m, 50))  # patience 2 spent: stop
+            tensors, info = state_lib.load(os.path.join(folder, "best"))
+            self.assertEqual((info["step"], info["heldout"]), (30, 2.0))
+            self.assertTrue(all(t.dtype == torch.bfloat16 for t in tensors.values()))
+
+
 class Pipeline(unittest.TestCase):
     def test_stages_run_resume_and_export_loads_in_drama(self):
         with tempfile.TemporaryDirectory() as tmp:
@@ -276,7 +318,8 @@ class Pipeline(unittest.TestCase):
                       "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
                       "--set", "codec.adv_start=1", "--set", "codec.disc_channels=4",
                       "--set", "codec.eval_every=0", "--set", "codec.log_every=1",
-                      "--set", "model.batch=2", "--set", "model.warmup=1", "--set", "model.log_every=1"]
+                      "--set", "model.batch=2", "--set", "model.warmup=1", "--set", "model.log_every=1",
+                      "--set", "model.eval_every=1", "--set", "model.patience=0"]
             # Chunk 1 stops after 2 codec steps (codec.steps=2 of a planned 3: then resumed).
             self.assertEqual(train.main(["codec"] + common + ["--set", "codec.steps=2"]), 0)
             self.assertEqual(train.main(["next"] + common + ["--set", "codec.steps=3", "--set", "model.steps=2"]), 0)
@@ -286,15 +329,26 @@ class Pipeline(unittest.TestCase):
             with open(os.path.join(work, "codec", "losses.tsv")) as f:
                 steps = [line.split("\t")[0] for line in f][1:]
             self.assertEqual(steps, ["1", "2", "3"])  # resumed at step 2, not restarted
-            # A state copied without its optimizer moments (what travels between machines)
-            # still resumes: the model goes on from step 2 to 3.
+            # The state as it travels between machines (BF16, no optimizer moments: state.py
+            # travel) still resumes: the model goes on from step 2 to 3.
             model_state = os.path.join(work, "model", "state")
-            for name in os.listdir(model_state):
-                if name.startswith("moments-"):
-                    os.remove(os.path.join(model_state, name))
+            state_lib.travel_copy(model_state, model_state + ".travel")
+            shutil.rmtree(model_state)
+            os.rename(model_state + ".travel", model_state)
+            with open(os.path.join(model_state, "state.json")) as f:
+                travelled = json.load(f)
+            self.assertEqual((travelled["travel"], travelled["moment_files"]), ("bfloat16", []))
             self.assertEqual(train.main(["model"] + common + ["--set", "model.steps=3"]), 0)
             with open(os.path.join(work, "model", "losses.tsv")) as f:
                 self.assertEqual([line.split("\t")[0] for line in f][1:], ["1", "2", "3"])
+            # The held-out monitor evaluated every step (model.eval_every=1) and kept the best.
+            with open(os.path.join(work, "model", "heldout.tsv")) as f:
+                rows = [line.rstrip("\n").split("\t") for line in f]
+            self.assertEqual(rows[0][:3], ["step", "heldout_codebook0", "heldout_tower"])
+            self.assertEqual([r[0] for r in rows[1:]], ["1", "2", "3"])
+            with open(os.path.join(work, "model", "best", "state.json")) as f:
+                best = json.load(f)
+            self.assertEqual(best["step"], int(rows[-1][-1]))
             # Training the codec further makes its codes stale: `encode` makes them again from
             # the codec's new step instead of reusing them.
             with open(os.path.join(work, "codes", "index.json")) as f:

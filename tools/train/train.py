@@ -283,21 +283,40 @@ def codec_step(work):
     return load_json(path)["step"] if os.path.exists(path) else None
 
 
+def check_corpus(corpus_dir, wanted):
+    """Refuses a corpus synthesized with other settings than the recipe's "corpus" (the
+    synth.py counts in its corpus.json), so codes are never made from the wrong utterances."""
+    path = os.path.join(corpus_dir, "corpus.json")
+    if wanted is None or not os.path.exists(path):
+        return
+    made = load_json(path)
+    have = {k: made.get(k, 0) for k in wanted}
+    if have != wanted:
+        raise ValueError(f"{corpus_dir}: synthesized with {have}, the recipe's corpus is {wanted} "
+                         "(tools/corpus/synth.py with the recipe's counts)")
+
+
 def encode_corpus(args, config, recipe, deadline):
     """The codes of every utterance, made by the codec at its saved step; made again when the
     codec has trained further since (a raised codec.steps), never silently reused."""
     folder = os.path.join(args.work, "codes")
     index_path = os.path.join(folder, "index.json")
     step = codec_step(args.work)
+    wanted = recipe.get("corpus")  # the corpus the model stage trains on (None: any)
     if os.path.exists(index_path):
-        made_at = load_json(index_path).get("codec_step")
-        if step is None or made_at == step:
+        index = load_json(index_path)
+        made_at, made_from = index.get("codec_step"), index.get("corpus")
+        if (step is None or made_at == step) and (wanted is None or made_from == wanted):
             return True
-        print(f"encode: the codes are from codec step {made_at}, the codec is at {step}: encoding again")
+        if made_at != step:
+            print(f"encode: the codes are from codec step {made_at}, the codec is at {step}: encoding again")
+        else:
+            print(f"encode: the codes are of corpus {made_from}, the recipe asks for {wanted}: encoding again")
+    check_corpus(args.corpus, wanted)
     codec = load_codec_weights(args.work, config, recipe, args.device)
     hop = round(config["audio"]["sample_rate"] / config["audio"]["frame_rate"])  # samples a frame
     entries, codes = [], {}
-    for split in ("train", "heldout"):
+    for split in ("train", "gloss", "heldout"):  # gloss: model-stage text (tools/corpus)
         rows = data.read_corpus(args.corpus, split)
         waves = data.load_audio(args.corpus, rows)
         # Batches of similar lengths, each utterance zero-padded to whole frames and then to
@@ -324,7 +343,7 @@ def encode_corpus(args, config, recipe, deadline):
     os.makedirs(tmp)
     files = state.save_tensors_split(tmp, "codes", codes)
     with open(os.path.join(tmp, "index.json"), "w") as f:
-        json.dump({"files": files, "codec_step": step, "utterances": entries}, f)
+        json.dump({"files": files, "codec_step": step, "corpus": wanted, "utterances": entries}, f)
     if os.path.exists(folder):
         shutil.rmtree(folder)
     os.replace(tmp, folder)
@@ -375,9 +394,11 @@ def train_model(args, config, recipe, deadline):
         rewarm_from = step if not info["has_moments"] else 0
         m.load({n[6:]: t for n, t in tensors.items() if n.startswith("model.")})
         state.restore_optimizer(opt, names, {n[4:]: t for n, t in tensors.items() if n.startswith("opt.")}, step)
-    if step >= r["steps"]:
+    if step >= r["steps"] or (info and info.get("stopped_early")):
         return True
-    utterances = [u for u in load_codes(args.work) if u["split"] == "train"]
+    everything = load_codes(args.work)
+    utterances = [u for u in everything if u["split"] in ("train", "gloss")]
+    monitor = HeldoutMonitor(folder, config, r, everything, recipe["seed"], device)
     # Fixed shapes for every batch: the longest pair of utterances the sampler can draw, and
     # every example's frames + eos as predicting rows.
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances if len(u["codes"]) <= r["max_frames"])
@@ -405,10 +426,110 @@ def train_model(args, config, recipe, deadline):
                 "step": step, "codebook0": float(losses["codebook0"]), "tower": float(losses["tower"]),
                 "balance": float(losses["balance"]), "lr": lr,
                 "seconds": round(time.time() - start, 1)})
+        if monitor.due(step) and monitor.evaluate(m, step):
+            break  # no held-out improvement for model.patience evaluations: stopped early
+    monitor.save()
     tensors = {"model." + n: t for n, t in m.tensors().items()}
     moments = {"opt." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
-    state.save(os.path.join(folder, "state"), tensors, {"stage": "model", "step": step}, moments)
-    return step >= r["steps"]
+    state.save(os.path.join(folder, "state"), tensors,
+               {"stage": "model", "step": step, "stopped_early": monitor.stopped}, moments)
+    return step >= r["steps"] or monitor.stopped
+
+
+def evaluate_model(args, config, recipe):
+    """The HeldoutMonitor's figures for the last saved model state (and the best one, where
+    kept), as JSON on stdout (and --json)."""
+    result = {}
+    monitor = HeldoutMonitor(os.path.join(args.work, "model"), config, recipe["model"],
+                             load_codes(args.work), recipe["seed"], args.device)
+    for name in ("state", "best"):
+        tensors, info = state.load(os.path.join(args.work, "model", name))
+        if info is None:
+            continue
+        m = model_lib.Drama3Train(config, recipe["seed"], args.device)
+        m.load({n[6:]: t for n, t in tensors.items() if n.startswith("model.")})
+        result[name] = {"step": info["step"], "pairs": len(monitor.pairs["heldout"])}
+        for split, pairs in monitor.pairs.items():
+            result[name].update({f"{split}_{k}": round(v, 4) for k, v in monitor.losses(m, pairs).items()})
+    print(json.dumps(result))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+class HeldoutMonitor:
+    """Teacher-forced losses on sentences never trained on, every model.eval_every steps
+    (0: never): each held-out utterance of the codes (split "heldout") paired with a fixed
+    training utterance of its speaker as the reference, beside as many fixed training pairs.
+    Logged to model/heldout.tsv; the weights of the lowest held-out loss (codebook 0 + tower)
+    are kept in BF16 as model/best/ (what `export` writes: the BF16 checkpoint loses nothing
+    to the copy); model.patience evaluations (0: off) without a new best stop the stage. On
+    2026-12-02 the first model trained without this had memorised its training set: 0.015
+    nats of codebook-0 loss on training pairs, 11.5 on held-out ones (docs/training.md)."""
+
+    def __init__(self, folder, config, r, utterances, seed, device):
+        self.folder, self.config, self.device = folder, config, device
+        self.every, self.patience = r.get("eval_every", 0), r.get("patience", 0)
+        self.path = os.path.join(folder, "heldout.tsv")
+        self.best_path = os.path.join(folder, "best")
+        _, info = state.load(self.best_path)
+        self.best_loss = info["heldout"] if info else float("inf")
+        self.best_step = info["step"] if info else 0
+        self.best, self.stopped, self.since = None, False, 0
+        if os.path.exists(self.path):  # evaluations since the best, across chunks
+            with open(self.path) as f:
+                self.since = sum(1 for line in list(f)[1:] if int(line.split("\t")[0]) > self.best_step)
+        rng = random.Random(seed)
+        train = sorted((u for u in utterances if u["split"] == "train"), key=lambda u: u["key"])
+        by_speaker = {}
+        for u in train:
+            by_speaker.setdefault(u["speaker"], []).append(u)
+        held = sorted((u for u in utterances if u["split"] == "heldout" and u["speaker"] in by_speaker),
+                      key=lambda u: u["key"])
+        self.pairs = {"heldout": [(rng.choice(by_speaker[u["speaker"]]), u) for u in held]}
+        targets = rng.sample(train, min(len(held), len(train)))
+        self.pairs["train"] = [(rng.choice([v for v in by_speaker[u["speaker"]] if v is not u] or [u]), u)
+                               for u in targets]
+
+    def due(self, step):
+        return self.every > 0 and bool(self.pairs["heldout"]) and step % self.every == 0
+
+    def losses(self, m, pairs):
+        ctx = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.startswith("cuda")
+               else contextlib.nullcontext())
+        total = {"codebook0": 0.0, "tower": 0.0}
+        with torch.no_grad(), ctx:
+            for b0 in range(0, len(pairs), 16):
+                part = pairs[b0:b0 + 16]
+                batch = data.collate(self.config, part, "cpu")
+                out = m.forward({n: t.to(self.device) for n, t in batch.items()})
+                for k in total:
+                    total[k] += float(out[k]) * len(part)
+        return {k: v / len(pairs) for k, v in total.items()}
+
+    def evaluate(self, m, step):
+        """Logs one evaluation; True when the stage should stop (patience spent)."""
+        held, train = self.losses(m, self.pairs["heldout"]), self.losses(m, self.pairs["train"])
+        loss = held["codebook0"] + held["tower"]
+        if loss < self.best_loss:
+            self.best_loss, self.best_step, self.since = loss, step, 0
+            self.best = {"model." + n: t.detach().to(torch.bfloat16).cpu().clone() for n, t in m.tensors().items()}
+        else:
+            self.since += 1
+        append_losses(self.path, {"step": step, "heldout_codebook0": round(held["codebook0"], 4),
+                                  "heldout_tower": round(held["tower"], 4),
+                                  "train_codebook0": round(train["codebook0"], 4),
+                                  "train_tower": round(train["tower"], 4), "best_step": self.best_step})
+        self.stopped = self.patience > 0 and self.since >= self.patience
+        if self.stopped:
+            print(f"model: stopped early at step {step}: held-out loss {loss:.3f}, best "
+                  f"{self.best_loss:.3f} at step {self.best_step} ({self.patience} evaluations ago)")
+        return self.stopped
+
+    def save(self):
+        if self.best is not None:
+            state.save(self.best_path, self.best, {"stage": "model-best", "step": self.best_step,
+                                                   "heldout": self.best_loss})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,9 +555,15 @@ def export(args, config, recipe, out_dir):
     """BF16 checkpoint directory (spec section 2): config.json, shards of at most 16 MiB with
     model.safetensors.index.json, codec/config.json + codec/model.safetensors (float32). Then,
     where drama is built: `drama quantize OUT OUT-nvfp4` writes the NVFP4 checkpoint + manifest."""
-    tensors, info = state.load(os.path.join(args.work, "model", "state"))
+    # The weights of the lowest held-out loss where the stage kept them (HeldoutMonitor), else
+    # the last ones.
+    tensors, info = state.load(os.path.join(args.work, "model", "best"))
+    if info is None:
+        tensors, info = state.load(os.path.join(args.work, "model", "state"))
     if info is None:
         raise ValueError(f"{args.work}: no model state")
+    print(f"export: the model at step {info['step']}"
+          + (f" (lowest held-out loss, {info['heldout']:.3f})" if "heldout" in info else ""))
     model_tensors = {n[6:]: t.to(torch.bfloat16) for n, t in tensors.items() if n.startswith("model.")}
     codec = load_codec_weights(args.work, config, recipe, "cpu")
     if os.path.exists(out_dir):
@@ -561,7 +688,7 @@ def bench_steps(args, config, recipe):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description="drama-mini training driver")
-    p.add_argument("stage", choices=("next",) + STAGES + ("eval-codec", "bench"))
+    p.add_argument("stage", choices=("next",) + STAGES + ("eval-codec", "eval-model", "bench"))
     p.add_argument("--work", required=True)
     p.add_argument("--corpus")
     p.add_argument("-o", "--output", help="export: the checkpoint directory to write")
@@ -574,7 +701,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--batches-codec", default="24,64,128", help="bench: codec batch sizes")
     p.add_argument("--batches-model", default="32,64,128", help="bench: model batch sizes")
-    p.add_argument("--json", help="bench: where to write the figures")
+    p.add_argument("--json", help="bench, eval-model: where to write the figures")
     p.add_argument("--bench-steps", type=int, default=20, help="bench: timed steps per setting")
     args = p.parse_args(argv)
     config = load_json(args.config)
@@ -596,6 +723,9 @@ def main(argv=None):
     if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
         evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
                        recipe["codec"], codec_step(args.work))
+        return 0
+    if args.stage == "eval-model":  # held-out vs training losses of the saved model (any machine)
+        evaluate_model(args, config, recipe)
         return 0
     for stage in stages:
         if args.stage == "next" and stage in ("codec", "model", "export") and (
