@@ -309,6 +309,19 @@ class Monitor(unittest.TestCase):
             self.assertTrue(all(t.dtype == torch.bfloat16 for t in tensors.values()))
 
 
+class Trainable(unittest.TestCase):
+    def test_splits_frames_and_positions_limit_the_training_utterances(self):
+        def u(key, split, tokens, frames):
+            return {"key": key, "split": split, "tokens": [0] * tokens, "codes": torch.zeros(frames, 8)}
+
+        items = [u("a", "train", 10, 20), u("b", "gloss", 10, 20), u("c", "heldout", 10, 20),
+                 u("d", "gloss", 200, 20), u("e", "train", 10, 130)]
+        keys = [x["key"] for x in train.trainable(items, {"max_frames": 120, "max_positions": 100})]
+        self.assertEqual(keys, ["a", "b"])  # no held-out; d over 100 positions; e over 120 frames
+        keys = [x["key"] for x in train.trainable(items, {"max_frames": 120})]
+        self.assertEqual(keys, ["a", "b", "d"])
+
+
 class Pipeline(unittest.TestCase):
     def test_stages_run_resume_and_export_loads_in_drama(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -397,11 +397,11 @@ def train_model(args, config, recipe, deadline):
     if step >= r["steps"] or (info and info.get("stopped_early")):
         return True
     everything = load_codes(args.work)
-    utterances = [u for u in everything if u["split"] in ("train", "gloss")]
+    utterances = trainable(everything, r)
     monitor = HeldoutMonitor(folder, config, r, everything, recipe["seed"], device)
     # Fixed shapes for every batch: the longest pair of utterances the sampler can draw, and
     # every example's frames + eos as predicting rows.
-    longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances if len(u["codes"]) <= r["max_frames"])
+    longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
     pad_to = (2 * longest, r["batch"] * (r["max_frames"] + 1))
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
@@ -455,6 +455,16 @@ def evaluate_model(args, config, recipe):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+
+
+def trainable(utterances, r):
+    """The model's training utterances (splits train and gloss) of at most model.max_frames
+    frames and model.max_positions positions (text + bos/eos + frames; 0: no limit). Every
+    batch of a CUDA graph is padded to twice the longest, so one long gloss would make every
+    step pay for it: the limit keeps the padded length where the example sentences put it."""
+    limit = r.get("max_positions", 0)
+    return [u for u in utterances if u["split"] in ("train", "gloss") and len(u["codes"]) <= r["max_frames"]
+            and (not limit or len(u["tokens"]) + 2 + len(u["codes"]) <= limit)]
 
 
 class HeldoutMonitor:
