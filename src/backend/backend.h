@@ -103,6 +103,9 @@ class Backend {
   // it (zero copy), a GPU copies it to device memory owned by the backend.
   virtual LinearWeight resident(const LinearWeight& host) = 0;
   virtual const void* resident_bytes(const void* host, size_t bytes) = 0;
+  // Makes what moe_experts needs of a layer's experts before any step (the CUDA backend's device
+  // table of expert pointers, an upload: captured work may not make it). At load, once per layer.
+  virtual void prepare_experts(const ExpertWeights* /*experts*/, int64_t /*n_stored*/) {}
   virtual void synchronize() = 0;
 
   // --- captured work (on CUDA a graph; docs/cuda-backend.md, "The frame step as one graph") ---

@@ -23,6 +23,7 @@ MoeBlock::MoeBlock(Backend& backend, const MoeWeights& weights, const MoeConfig&
       norm_topk_(config.norm_topk_prob) {
   if (w_.experts.empty()) throw Error("a MoE layer stores no experts");
   for (const MlpWeights& e : w_.experts) experts_.push_back({e.gate, e.up, e.down});
+  backend.prepare_experts(experts_.data(), static_cast<int64_t>(experts_.size()));
   logit_column_ = upload_table(backend, w_.logit_column);
   original_id_ = upload_table(backend, w_.original_id);
 }

@@ -10,7 +10,13 @@ Workspace::Workspace(Backend& backend)
 void* Workspace::buffer_bytes(Buf buf, size_t bytes) {
   auto& b = buffers_[static_cast<size_t>(buf)];
   bytes = std::max<size_t>(bytes, 64);
-  if (!b || b->bytes() < bytes) b = backend_.alloc(bytes + bytes / 2);
+  if (!b || b->bytes() < bytes) {
+    // A buffer that moves invalidates captured steps that name its old address (they would
+    // replay into freed memory): the engine reserves every buffer at load, so this is for
+    // callers that grow one later (tests, benches).
+    if (b) backend_.forget_captured();
+    b = backend_.alloc(bytes + bytes / 2);
+  }
   return b->data();
 }
 

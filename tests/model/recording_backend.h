@@ -88,6 +88,9 @@ class RecordingBackend final : public Backend {
                       expert_index, weight);
     });
   }
+  void prepare_experts(const ExpertWeights* experts, int64_t n_stored) override {
+    in_->prepare_experts(experts, n_stored);  // at load, not recorded
+  }
   void moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x, int64_t rows,
                    int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
                    float* out, float* workspace) override {

@@ -173,7 +173,7 @@ bool CudaBackend::run_captured_impl(const std::string& key, const std::function<
     check(cudaGraphLaunch(c.exec, stream_), "cudaGraphLaunch");
     return true;
   }
-  if (c.failed || c.runs++ == 0) {
+  if (failed_.count(key) || c.runs++ == 0) {
     work();
     return false;
   }
@@ -185,6 +185,8 @@ bool CudaBackend::run_captured_impl(const std::string& key, const std::function<
     work();
   } catch (const std::exception& e) {  // an operation a capture refuses, or a real error
     why = e.what();
+  } catch (...) {  // whatever it is, the stream must leave capture mode
+    why = "an exception that is not a std::exception";
   }
   cudaGraph_t graph = nullptr;
   cudaError_t status = cudaStreamEndCapture(stream_, &graph);
@@ -201,7 +203,7 @@ bool CudaBackend::run_captured_impl(const std::string& key, const std::function<
     // then throws from there).
     (void)cudaGetLastError();
     if (exec) (void)cudaGraphExecDestroy(exec);
-    captured_[key].failed = true;  // (forget_captured may have dropped the entry)
+    failed_.insert(key);  // kept by forget_captured: a failed key is not tried again
     std::fprintf(stderr, "drama: CUDA graph capture of %s failed (%s); it runs without a graph\n",
                  key.c_str(), why.c_str());
     work();

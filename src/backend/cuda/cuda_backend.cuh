@@ -10,7 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +66,7 @@ class CudaBackend final : public Backend {
                       int64_t dim, float* y) override;
   // The routed experts of a layer on the device (moe.cuh); `experts` is a host array of
   // n_stored resident weights, uploaded once as a device table per array.
+  void prepare_experts(const ExpertWeights* experts, int64_t n_stored) override;
   void moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x, int64_t rows,
                    int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
                    float* out, float* workspace) override;
@@ -102,17 +103,18 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> alloc_impl(size_t bytes) override;
   void upload_impl(void* dst, const void* src, size_t bytes) override;
   void download_impl(void* dst, const void* src, size_t bytes) override;
-  // A key's first run as it comes (lazy tables, scratch growth), its second captured into a
-  // CUDA graph on the stream, then replays; DRAMA_CUDA_GRAPHS=0 runs every step as it comes.
+  // A key's first run as it comes (scratch growth), its second captured into a CUDA graph on the
+  // stream, then replays; DRAMA_CUDA_GRAPHS=0 runs every step as it comes. A key whose capture
+  // failed runs as it comes from then on (failed_, which forget_captured keeps).
   bool run_captured_impl(const std::string& key, const std::function<void()>& work) override;
 
  private:
   struct Captured {
     int runs = 0;
-    bool failed = false;  // the capture failed: this key runs as it comes
     cudaGraphExec_t exec = nullptr;
   };
   std::map<std::string, Captured> captured_;
+  std::set<std::string> failed_;  // keys whose capture failed: they run as they come
   bool graphs_ = true;
   uint64_t scratch_generation_ = 0;  // a new scratch area drops every captured graph
   int device_;

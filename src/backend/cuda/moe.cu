@@ -595,28 +595,40 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   check_launch("moe_experts down");
 }
 
+void CudaBackend::prepare_experts(const ExpertWeights* experts, int64_t n_stored) {
+  if (n_stored <= 0 || expert_tables_.count({experts, experts[0].gate.data})) return;
+  const WeightFormat format = experts[0].gate.format;
+  const int64_t inter = experts[0].gate.out, hidden = experts[0].down.out;
+  std::vector<DeviceExpert> host(static_cast<size_t>(n_stored));
+  for (int64_t s = 0; s < n_stored; ++s) {
+    const LinearWeight* w[3] = {&experts[s].gate, &experts[s].up, &experts[s].down};
+    for (int m = 0; m < 3; ++m) {
+      if (w[m]->format != format || w[m]->out != (m < 2 ? inter : hidden))
+        throw Error("CUDA moe_experts: every stored expert must share one format and shape");
+      host[s].data[m] = w[m]->data;
+      host[s].scales[m] = w[m]->scales;
+      host[s].scale2[m] = w[m]->scale2;
+    }
+  }
+  std::unique_ptr<DeviceBuffer> made = alloc(host.size() * sizeof(DeviceExpert));
+  upload(made->data(), host.data(), host.size() * sizeof(DeviceExpert));
+  expert_tables_[{experts, experts[0].gate.data}] = std::move(made);  // only once it is made
+}
+
 void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x,
                               int64_t rows, int64_t hidden, const int32_t* expert_index, int64_t k,
                               int64_t out_slots, float* out, float* workspace) {
   if (rows <= 0 || n_stored <= 0) return;
   const WeightFormat format = experts[0].gate.format;
   const int64_t inter = experts[0].gate.out;
-  auto& table = expert_tables_[{experts, experts[0].gate.data}];
-  if (!table) {
-    std::vector<DeviceExpert> host(static_cast<size_t>(n_stored));
-    for (int64_t s = 0; s < n_stored; ++s) {
-      const LinearWeight* w[3] = {&experts[s].gate, &experts[s].up, &experts[s].down};
-      for (int m = 0; m < 3; ++m) {
-        if (w[m]->format != format || w[m]->out != (m < 2 ? inter : hidden))
-          throw Error("CUDA moe_experts: every stored expert must share one format and shape");
-        host[s].data[m] = w[m]->data;
-        host[s].scales[m] = w[m]->scales;
-        host[s].scale2[m] = w[m]->scale2;
-      }
-    }
-    table = alloc(host.size() * sizeof(DeviceExpert));
-    upload(table->data(), host.data(), host.size() * sizeof(DeviceExpert));
+  if (experts[0].down.out != hidden)
+    throw Error("CUDA moe_experts: the experts' output is not the hidden size");
+  auto it = expert_tables_.find({experts, experts[0].gate.data});
+  if (it == expert_tables_.end()) {  // a caller without MoeBlock (a bench): made now, uncaptured
+    prepare_experts(experts, n_stored);
+    it = expert_tables_.find({experts, experts[0].gate.data});
   }
+  const std::unique_ptr<DeviceBuffer>& table = it->second;
   if (moe_layout_floats(rows, k, inter, n_stored) >
       Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
     throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
@@ -638,9 +650,18 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  cuda->moe_experts(experts, n_stored, x, rows, hidden, expert_index, k, out_slots, out, workspace);
+  try {
+    cuda->moe_experts(experts, n_stored, x, rows, hidden, expert_index, k, out_slots, out,
+                      workspace);
+  } catch (...) {  // leave capture mode before the error goes on (else the stream stays capturing)
+    if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
   check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  if (made != cudaSuccess) (void)cudaGraphDestroy(graph);
+  check(made, "cudaGraphInstantiate");
   cudaEvent_t t0, t1;
   check(cudaEventCreate(&t0), "cudaEventCreate");
   check(cudaEventCreate(&t1), "cudaEventCreate");
