@@ -14,7 +14,7 @@ void* Workspace::buffer_bytes(Buf buf, size_t bytes) {
     // A buffer that moves invalidates captured steps that name its old address (they would
     // replay into freed memory): the engine reserves every buffer at load, so this is for
     // callers that grow one later (tests, benches).
-    if (b) backend_.forget_captured();
+    if (b) forget_captured();
     b = backend_.alloc(bytes + bytes / 2);
   }
   return b->data();

@@ -624,7 +624,7 @@ void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, co
   if (experts[0].down.out != hidden)
     throw Error("CUDA moe_experts: the experts' output is not the hidden size");
   auto it = expert_tables_.find({experts, experts[0].gate.data});
-  if (it == expert_tables_.end()) {  // a caller without MoeBlock (a bench): made now, uncaptured
+  if (it == expert_tables_.end()) {  // a caller without MoeBlock (contract, bench): made now
     prepare_experts(experts, n_stored);
     it = expert_tables_.find({experts, experts[0].gate.data});
   }
