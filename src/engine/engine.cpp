@@ -94,7 +94,10 @@ class DramaEngine final : public Engine {
     const double t0 = now_s();
     double first = -1;
     auto deliver = [&](std::span<const int32_t> codes) {
-      stream.decode_frame(codes, pcm);
+      {
+        std::lock_guard lock(codec_mutex_);
+        stream.decode_frame(codes, pcm);
+      }
       samples += static_cast<int64_t>(pcm.size());
       if (first < 0) first = now_s() - t0;
       return sink(pcm);
@@ -189,7 +192,10 @@ class DramaEngine final : public Engine {
     if (!codec_) throw Error(checkpoint_.dir().string() + " has no codec/ directory");
     Voice v;
     v.num_codebooks = num_codebooks();
-    v.codes = codec_->encode(pcm, v.num_codebooks);
+    {
+      std::lock_guard lock(codec_mutex_);
+      v.codes = codec_->encode(pcm, v.num_codebooks);
+    }
     v.frames = static_cast<int64_t>(v.codes.size()) / v.num_codebooks;
     v.transcript = transcript;
     v.sample_rate = codec_->sample_rate();
@@ -211,6 +217,12 @@ class DramaEngine final : public Engine {
   std::unique_ptr<Backend> codec_backend_;
   std::unique_ptr<Drama3Model> model_;
   std::unique_ptr<MimiModel> codec_;
+  // Every request's codec work (a frame's decode, a voice's encode) runs on the one codec backend
+  // from the request's own thread, one at a time: on CUDA that backend is one stream with one
+  // scratch area, and two requests' kernels interleaved there overwrite each other's partial
+  // sums (the codec transformer's attention; found on the H200 by the lanes test, 2026-12-02).
+  // The CPU backend runs one kernel at a time anyway, so no byte and little time changes there.
+  std::mutex codec_mutex_;
   std::string name_;
   std::unique_ptr<FrameScheduler> scheduler_;  // last: stopped first
 };
