@@ -6,9 +6,11 @@
 # (serve e2e and lanes) against `drama serve --backend cuda`, a `say` and a /health check, all from a folder
 # made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity server_test_serve_e2e server_test_serve_lanes \
-#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh DIR/
+#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py DIR/
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
+# At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
+# beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/cuda-run}
@@ -32,17 +34,17 @@ section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
   section "contract --backend cuda"
   timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
   echo "contract exit $?"
-  section "contract --backend cuda, grouped experts v2 (DRAMA_CUDA_EXPERTS=v2)"
-  DRAMA_CUDA_EXPERTS=v2 timeout 400 "$drama" contract --backend cuda --json "$out/contract-v2-h200.json" | tail -3
-  echo "contract v2 exit ${PIPESTATUS[0]}"
+  section "contract --backend cuda, grouped experts v1 (DRAMA_CUDA_EXPERTS=v1)"
+  DRAMA_CUDA_EXPERTS=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-v1-h200.json" | tail -3
+  echo "contract v1 exit ${PIPESTATUS[0]}"
   section "parity tests (CUDA vs CPU)"
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
   echo "parity exit $?"
-  section "parity tests (CUDA vs CPU), grouped experts v2 (DRAMA_CUDA_EXPERTS=v2)"
-  DRAMA_CUDA_EXPERTS=v2 DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-v2 timeout 300 \
-    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-v2-h200.json"
-  echo "parity v2 exit $?"
+  section "parity tests (CUDA vs CPU), grouped experts v1 (DRAMA_CUDA_EXPERTS=v1)"
+  DRAMA_CUDA_EXPERTS=v1 DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-v1 timeout 300 \
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-v1-h200.json"
+  echo "parity v1 exit $?"
   section "bench decode --synthetic bench-30b-a3b"
   timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
     --frames 10 --repeats 5 --json "$out/decode-h200.json" >/dev/null
@@ -52,7 +54,8 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 for k, v in j["backbone_step"].items():
     print(k, "%.3f ms/step" % v["per_step_ms"], "roofline %.3f ms" % v["copy_roofline_ms"],
-          "fraction %.3f" % v["fraction_of_copy_roofline"], v.get("host_transfers_per_step"))
+          "fraction %.3f" % v["fraction_of_copy_roofline"], v.get("host_transfers_per_step"),
+          "launches %s, empty chain %s ms" % (v.get("launches_per_step"), v.get("empty_launch_chain_ms")))
 for k, v in j["expert_products_one_layer"].items():
     print("experts (moe_experts)", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
 print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
@@ -97,7 +100,7 @@ vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"
 machine = dict(zip(q.split(","), vals))
 machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
-for name in ("contract-h200.json", "contract-v2-h200.json", "decode-h200.json"):
+for name in ("contract-h200.json", "contract-v1-h200.json", "decode-h200.json"):
     path = os.path.join(sys.argv[1], name)
     if os.path.exists(path):
         j = json.load(open(path))
@@ -127,3 +130,5 @@ PY
   kill "$pid"; wait "$pid"
   head -5 "$tmp/serve.log"
 } 2>&1 | tee "$out/log.txt"
+python3 "$here/strip-paths.py" "$out"/*.json
+(cd "$out" && tar -cf receipts.tar ./*.json && rm -f ./*.json)

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -224,7 +225,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     }
   bool expert_bytes_by_bench = false;
   // On CUDA every section is timed with the backend's grouped expert kernels (DRAMA_CUDA_EXPERTS,
-  // default v1) under its plain name, then with v1 and v2 under names ending _experts_v1 / _v2
+  // default v2) under its plain name, then with v1 and v2 under names ending _experts_v1 / _v2
   // (the expert products: _v1 / _v2), side by side in this one run.
   std::vector<int> versions = {0};  // 0: the backend's own choice
 #ifdef DRAMA_WITH_CUDA
@@ -269,6 +270,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const RowTables tables = host_tables.upload(ws);
     std::vector<double> per_step;
     uint64_t step_bytes = 0, step_d2h = 0, step_h2d = 0, step_allocs = 0;
+    const std::string key = "bench backbone " + std::to_string(rows);
     for (int rep = 0; rep < repeats; ++rep) {
       const uint64_t before = ws.weight_bytes_read();
       const TransferCounters t0c = b.transfers();
@@ -284,7 +286,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
         // The frame ids uploaded once (a capture takes no upload); the rest as one sequence.
         backbone.embed_frames(ws, step_codes, rows, x->f32());
         const int32_t* ids = ws.i32(Buf::kIds, static_cast<size_t>(c.audio.num_codebooks * rows));
-        const std::string key = "bench backbone " + std::to_string(rows);
         for (int64_t s = 0; s < steps; ++s)
           ws.run_captured(key, [&] {
             backbone.embed_frame_ids(ws, ids, rows, x->f32());
@@ -311,15 +312,25 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const double t = median(per_step);
     nlohmann::json samples = nlohmann::json::array();
     for (double v : per_step) samples.push_back(v * 1e3);
-    results[(rows == 1 ? "batch1" : "paired_batch2") + suffix(version, "_experts_v") +
-            (captured ? "_graph" : "")] = {
-        {"rows", rows},
-        {"per_step_ms", t * 1e3},
-        {"samples_ms", samples},
-        {"weight_bytes_per_step", step_bytes},
-        {"effective_gb_s", step_bytes / t / 1e9},
-        {"host_transfers_per_step",
-         {{"d2h", step_d2h}, {"h2d", step_h2d}, {"allocs", step_allocs}}}};
+    nlohmann::json& row = results[(rows == 1 ? "batch1" : "paired_batch2") +
+                                  suffix(version, "_experts_v") + (captured ? "_graph" : "")];
+    row = {{"rows", rows},
+           {"per_step_ms", t * 1e3},
+           {"samples_ms", samples},
+           {"weight_bytes_per_step", step_bytes},
+           {"effective_gb_s", step_bytes / t / 1e9},
+           {"host_transfers_per_step",
+            {{"d2h", step_d2h}, {"h2d", step_h2d}, {"allocs", step_allocs}}}};
+#ifdef DRAMA_WITH_CUDA
+    // Beside a graph's time: its launches, and a graph of as many empty kernels in a chain (the
+    // step's floor from launches alone, measured in this run).
+    if (captured && on_cuda) {
+      const int64_t nodes = cuda::captured_graph_nodes(b, key);
+      row["launches_per_step"] = nodes;
+      if (nodes > 0)
+        row["empty_launch_chain_ms"] = cuda::time_empty_kernel_chain(b, nodes, 20) * 1e3;
+    }
+#endif
   }
 
   // The NVFP4 expert products of one MoE layer alone, through Backend::moe_experts (all rows'
@@ -418,7 +429,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
                                            (section["us_per_layer"].get<double>() * 1e-6);
   nlohmann::json j = {
       {"bench", "decode"},
-      {"synthetic", config_path},
+      {"synthetic", std::filesystem::path(config_path).filename().string()},  // no paths
       {"backend", b.name()},
       {"device", ceil.device},
       {"model_bytes", synth.bytes()},

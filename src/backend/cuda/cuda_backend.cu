@@ -2,10 +2,13 @@
 // live in one .cu/.cuh pair per family beside this file.
 #include "backend/cuda/cuda_backend.cuh"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/grouped_experts.h"
 #include "util/error.h"
 
 namespace drama {
@@ -85,7 +88,8 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     else if (s != "1" && !s.empty())
       throw Error("DRAMA_CUDA_GRAPHS=" + s + ": 0 or 1");
   }
-  // The grouped expert kernels (moe.cuh): version 1 unless DRAMA_CUDA_EXPERTS says v2.
+  // The grouped expert kernels (moe.cuh): version 2 unless DRAMA_CUDA_EXPERTS says v1 (v2 == v1
+  // bitwise and 1.45-1.8x faster on the H200, 2026-12-02: results/experts-v1-v2-h200.json).
   if (const char* v = std::getenv("DRAMA_CUDA_EXPERTS")) {
     const std::string s = v;
     if (s == "v1" || s == "1")
@@ -193,9 +197,11 @@ bool CudaBackend::run_captured_impl(const std::string& key, const std::function<
   cudaGraphExec_t exec = nullptr;
   if (why.empty() && status != cudaSuccess) why = cudaGetErrorString(status);
   if (why.empty() && generation != scratch_generation_) why = "the scratch area moved";
+  size_t nodes = 0;
   if (why.empty()) {
     status = cudaGraphInstantiate(&exec, graph, 0);
     if (status != cudaSuccess) why = cudaGetErrorString(status);
+    if (why.empty() && cudaGraphGetNodes(graph, nullptr, &nodes) != cudaSuccess) nodes = 0;
   }
   if (graph) (void)cudaGraphDestroy(graph);
   if (!why.empty()) {
@@ -210,12 +216,64 @@ bool CudaBackend::run_captured_impl(const std::string& key, const std::function<
     return false;
   }
   captured_[key].exec = exec;
+  captured_[key].nodes = static_cast<int64_t>(nodes);
   check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   return false;  // `work` ran on the host (its counts are made); the device ran the graph
 }
 
 void CudaBackend::synchronize() {
   check(cudaStreamSynchronize(stream_), "a kernel on the CUDA stream");
+}
+
+namespace {
+
+CudaBackend& cuda_of(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) throw Error("a CUDA graph measurement needs the CUDA backend, not " + backend.name());
+  return *cuda;
+}
+
+__global__ void empty_kernel() {}
+
+}  // namespace
+
+int64_t captured_graph_nodes(Backend& backend, const std::string& key) {
+  return cuda_of(backend).graph_nodes(key);
+}
+
+double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays) {
+  CudaBackend& cuda = cuda_of(backend);
+  if (kernels <= 0) return 0.0;
+  cuda.synchronize();
+  cudaStream_t stream = cuda.stream();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int64_t i = 0; i < kernels; ++i) empty_kernel<<<1, 32, 0, stream>>>();
+  const cudaError_t launched = cudaGetLastError();
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  cudaError_t made = launched != cudaSuccess ? launched : ended;
+  if (made == cudaSuccess) made = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph) (void)cudaGraphDestroy(graph);
+  check(made, "the empty-kernel chain's graph");
+  cudaEvent_t t0, t1;
+  check(cudaEventCreate(&t0), "cudaEventCreate");
+  check(cudaEventCreate(&t1), "cudaEventCreate");
+  std::vector<float> ms;
+  for (int i = 0; i < replays + 3; ++i) {
+    check(cudaEventRecord(t0, stream), "cudaEventRecord");
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    check(cudaEventRecord(t1, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
+    float v = 0;
+    check(cudaEventElapsedTime(&v, t0, t1), "cudaEventElapsedTime");
+    if (i >= 3) ms.push_back(v);  // three warm-up replays
+  }
+  (void)cudaEventDestroy(t0);
+  (void)cudaEventDestroy(t1);
+  (void)cudaGraphExecDestroy(exec);
+  std::sort(ms.begin(), ms.end());
+  return ms.empty() ? 0.0 : ms[ms.size() / 2] * 1e-3;
 }
 
 }  // namespace cuda

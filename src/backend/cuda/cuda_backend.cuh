@@ -71,8 +71,13 @@ class CudaBackend final : public Backend {
                    int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
                    float* out, float* workspace) override;
   // Which grouped expert kernels moe_experts runs (1 or 2, moe.cuh): DRAMA_CUDA_EXPERTS=v1|v2 read
-  // at construction (default 1), or set_moe_experts_version (grouped_experts.h).
+  // at construction (default 2), or set_moe_experts_version (grouped_experts.h).
   int experts_version() const { return experts_version_; }
+  // Nodes (kernel launches and copies) of the graph captured under `key`; -1 when none is.
+  int64_t graph_nodes(const std::string& key) const {
+    const auto it = captured_.find(key);
+    return it == captured_.end() || !it->second.exec ? -1 : it->second.nodes;
+  }
   void set_experts_version(int version) {
     experts_version_ = version;
     forget_captured();  // captured steps hold the other version's launches
@@ -112,6 +117,7 @@ class CudaBackend final : public Backend {
   struct Captured {
     int runs = 0;
     cudaGraphExec_t exec = nullptr;
+    int64_t nodes = 0;
   };
   std::map<std::string, Captured> captured_;
   std::set<std::string> failed_;  // keys whose capture failed: they run as they come
@@ -125,7 +131,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceBuffer> scratch_;
   // moe_experts(): device tables of expert pointers, by (host array, its first weight).
   std::map<std::pair<const void*, const void*>, std::unique_ptr<DeviceBuffer>> expert_tables_;
-  int experts_version_ = 1;
+  int experts_version_ = 2;
 };
 
 }  // namespace drama::cuda

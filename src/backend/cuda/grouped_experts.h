@@ -1,8 +1,10 @@
-// The CUDA backend's grouped expert kernels (Backend::moe_experts) timed as one CUDA graph replay,
-// for `drama bench decode --synthetic` (plain C++: callers include no CUDA header).
+// CUDA-only measurements for `drama bench decode --synthetic` (plain C++: callers include no CUDA
+// header): the grouped expert kernels (Backend::moe_experts) as one CUDA graph replay, the
+// version switch, a captured step's node count and the cost of that many empty launches.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 
@@ -18,8 +20,17 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
 
 // Selects the grouped expert kernels Backend::moe_experts runs on `backend` (1 or 2; moe.cuh: the
 // same bits, a different layout) and returns the previous choice. The backend starts with
-// DRAMA_CUDA_EXPERTS (v1 or v2; unset: 1). Throws drama::Error when `backend` is not the CUDA
+// DRAMA_CUDA_EXPERTS (v1 or v2; unset: 2). Throws drama::Error when `backend` is not the CUDA
 // backend or the version is neither.
 int set_moe_experts_version(Backend& backend, int version);
+
+// Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when
+// it holds none for the key. Throws drama::Error when `backend` is not the CUDA backend.
+int64_t captured_graph_nodes(Backend& backend, const std::string& key);
+
+// Seconds per replay of one CUDA graph of `kernels` empty kernels in a chain on the backend's
+// stream (1 block of 32 threads each, each after the one before): what that many launches cost
+// with no work in them, the floor of a captured step of as many launches. Median of `replays`.
+double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays);
 
 }  // namespace drama::cuda
