@@ -5,6 +5,8 @@
 #   train-carry/debs/    the .deb files of tools/corpus/fetch-debs.sh (the GPU machine has no
 #                        Debian packages: festival and espeak-ng run from a dpkg -x root)
 #   train-carry/resume/  the training state the previous chunk returned (absent the first time)
+#   train-state/         (tracked, travels by itself) the codec state kept by take-chunk.sh,
+#                        so a new session's fresh checkout can go on (ignored files do not last)
 # The state lives in train-carry/work on the GPU machine. A warm machine (back-to-back calls)
 # still has it, optimizer moments included, and keeps it when it is at least as far as resume/;
 # a fresh machine starts from resume/ (no moments: the stage warms its learning rate up again).
@@ -16,9 +18,8 @@
 #   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
 #   ["train-carry/resume/model", "train-carry/resume/progress.json"] on the warm machine that made
-# the codes. A cold machine first gets ["train-carry/debs", "train-carry/resume/codec",
-# "train-carry/resume/progress.json"] with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3
-# minutes), then the model carry. A chunk returns only what it changed: codec/, or model/.
+# the codes. A cold machine first gets ["train-carry/debs"] (the codec comes from train-state/)
+# with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3 minutes), then the model carry. A chunk returns only what it changed: codec/, or model/.
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
 # DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
@@ -43,10 +44,12 @@ mkdir -p "$out"
 # with optimizer moments) unless resume/ holds one further on (a higher saved step) or the machine
 # lacks it; progress.json merged (stages done, the larger seconds of each). So a cold machine can
 # be given the codec first (DRAMA_TRAIN_UNTIL=encode: corpus and codes, which never travel) and
-# the model state in the next call.
-"$py" - "$carry/resume" "$work" <<'PY'
+# the model state in the next call. Two sources, in this order: train-state/ (committed, so it
+# travels with the working tree: the codec state, which must outlive a session; take-chunk.sh
+# keeps it), then the carried train-carry/resume/.
+"$py" - "$work" train-state "$carry/resume" <<'PY'
 import json, os, shutil, sys
-resume, work = sys.argv[1:]
+work, sources = sys.argv[1], sys.argv[2:]
 def step(folder):
     p = os.path.join(folder, "state", "state.json")
     return json.load(open(p))["step"] if os.path.exists(p) else -1
@@ -54,7 +57,9 @@ def progress(folder):
     p = os.path.join(folder, "progress.json")
     return json.load(open(p)) if os.path.exists(p) else {"done": [], "seconds": {}}
 os.makedirs(work, exist_ok=True)
-if os.path.isdir(resume):
+for resume in sources:
+    if not os.path.isdir(resume):
+        continue
     for name in sorted(os.listdir(resume)):
         src, dst = os.path.join(resume, name), os.path.join(work, name)
         if not os.path.isdir(src):

@@ -2,11 +2,14 @@
 # Unpacks what one tools/train/gpu-chunk.sh call returned (FILES_AT/work.tar.NN) into the state
 # the next call carries, train-carry/resume (docs/training.md). What the chunk did not send back
 # (the codec state once the codes are made) is kept from the previous resume/; the previous
-# resume/ itself is kept as train-carry/resume.prev.
-#   tools/train/take-chunk.sh FILES_AT [CARRY]
+# resume/ itself is kept as train-carry/resume.prev. The codec state and progress.json are also
+# copied into train-state/ (tracked: commit it), since train-carry/ is ignored by git and a new
+# session's checkout has none of it (the step-24000 codec of 2026-12-01 was lost that way).
+#   tools/train/take-chunk.sh FILES_AT [CARRY] [KEEP]
 set -euo pipefail
 files="${1:?usage: take-chunk.sh FILES_AT [CARRY]}"
 carry="${2:-train-carry}"
+keep="${3:-train-state}"
 new="$carry/resume.new"
 rm -rf "$new"
 mkdir -p "$new"
@@ -38,3 +41,13 @@ for stage in ("codec", "model"):
 print(f"take-chunk: {folder}: done {progress['done']}, steps {steps}, seconds {progress['seconds']}")
 PY
 du -sh "$carry/resume"
+if [ -d "$carry/resume/codec/state" ]; then
+  rm -rf "$keep.new"
+  mkdir -p "$keep.new"
+  cp -r "$carry/resume/codec" "$keep.new/codec"
+  rm -rf "$keep.new/codec/eval"  # audio written by eval-codec here, not state
+  cp "$carry/resume/progress.json" "$keep.new/progress.json"
+  rm -rf "$keep"
+  mv "$keep.new" "$keep"
+  du -sh "$keep" | cut -f1 | xargs echo "take-chunk: kept the codec state and progress.json in $keep (commit it):"
+fi
