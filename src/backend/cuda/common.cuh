@@ -13,6 +13,9 @@ namespace drama::cuda {
 void check(cudaError_t status, const char* what);
 // Checks the launch that was just queued (bad shapes, no kernel image for this device).
 void check_launch(const char* kernel);
+// Seconds per launch of `exec` on `stream`: the median of `replays` timed with device events,
+// after three untimed warm-up launches (for the benches' graph measurements).
+double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int replays);
 
 inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);

@@ -54,6 +54,32 @@ void check_launch(const char* kernel) {
   check(cudaGetLastError(), kernel);
 }
 
+double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
+  cudaEvent_t t0, t1;
+  check(cudaEventCreate(&t0), "cudaEventCreate");
+  if (cudaEventCreate(&t1) != cudaSuccess) {
+    (void)cudaEventDestroy(t0);
+    check(cudaGetLastError(), "cudaEventCreate");
+  }
+  std::vector<float> ms;
+  cudaError_t status = cudaSuccess;
+  for (int i = 0; i < replays + 3 && status == cudaSuccess; ++i) {
+    float v = 0;
+    if ((status = cudaEventRecord(t0, stream)) != cudaSuccess ||
+        (status = cudaGraphLaunch(exec, stream)) != cudaSuccess ||
+        (status = cudaEventRecord(t1, stream)) != cudaSuccess ||
+        (status = cudaEventSynchronize(t1)) != cudaSuccess ||
+        (status = cudaEventElapsedTime(&v, t0, t1)) != cudaSuccess)
+      break;
+    if (i >= 3) ms.push_back(v);  // three warm-up replays
+  }
+  (void)cudaEventDestroy(t0);
+  (void)cudaEventDestroy(t1);
+  check(status, "a timed graph replay");
+  std::sort(ms.begin(), ms.end());
+  return ms.empty() ? 0.0 : ms[ms.size() / 2] * 1e-3;
+}
+
 namespace {
 
 class CudaBuffer final : public DeviceBuffer {
@@ -256,24 +282,15 @@ double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays) {
   if (made == cudaSuccess) made = cudaGraphInstantiate(&exec, graph, 0);
   if (graph) (void)cudaGraphDestroy(graph);
   check(made, "the empty-kernel chain's graph");
-  cudaEvent_t t0, t1;
-  check(cudaEventCreate(&t0), "cudaEventCreate");
-  check(cudaEventCreate(&t1), "cudaEventCreate");
-  std::vector<float> ms;
-  for (int i = 0; i < replays + 3; ++i) {
-    check(cudaEventRecord(t0, stream), "cudaEventRecord");
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    check(cudaEventRecord(t1, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float v = 0;
-    check(cudaEventElapsedTime(&v, t0, t1), "cudaEventElapsedTime");
-    if (i >= 3) ms.push_back(v);  // three warm-up replays
+  double seconds = 0.0;
+  try {
+    seconds = median_replay_seconds(exec, stream, replays);
+  } catch (...) {
+    (void)cudaGraphExecDestroy(exec);
+    throw;
   }
-  (void)cudaEventDestroy(t0);
-  (void)cudaEventDestroy(t1);
   (void)cudaGraphExecDestroy(exec);
-  std::sort(ms.begin(), ms.end());
-  return ms.empty() ? 0.0 : ms[ms.size() / 2] * 1e-3;
+  return seconds;
 }
 
 }  // namespace cuda

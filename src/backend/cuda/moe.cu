@@ -662,25 +662,17 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   if (made != cudaSuccess) (void)cudaGraphDestroy(graph);
   check(made, "cudaGraphInstantiate");
-  cudaEvent_t t0, t1;
-  check(cudaEventCreate(&t0), "cudaEventCreate");
-  check(cudaEventCreate(&t1), "cudaEventCreate");
-  std::vector<float> ms;
-  for (int i = 0; i < replays + 3; ++i) {
-    check(cudaEventRecord(t0, stream), "cudaEventRecord");
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
-    check(cudaEventRecord(t1, stream), "cudaEventRecord");
-    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float v = 0;
-    check(cudaEventElapsedTime(&v, t0, t1), "cudaEventElapsedTime");
-    if (i >= 3) ms.push_back(v);  // three warm-up replays
+  double seconds = 0.0;
+  try {
+    seconds = median_replay_seconds(exec, stream, replays);
+  } catch (...) {
+    (void)cudaGraphExecDestroy(exec);
+    (void)cudaGraphDestroy(graph);
+    throw;
   }
-  (void)cudaEventDestroy(t0);
-  (void)cudaEventDestroy(t1);
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2] * 1e-3;
+  return seconds;
 }
 
 int set_moe_experts_version(Backend& backend, int version) {
