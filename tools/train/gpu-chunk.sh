@@ -19,7 +19,8 @@
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
 #   ["train-carry/resume/model", "train-carry/resume/progress.json"] on the warm machine that made
 # the codes. A cold machine first gets ["train-carry/debs"] (the codec comes from train-state/)
-# with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3 minutes), then the model carry. A chunk returns only what it changed: codec/, or model/.
+# with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3 minutes), then the model carry. A
+# chunk returns only what it changed: codec/, or model/.
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
 # DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk.
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),

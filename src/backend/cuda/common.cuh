@@ -14,7 +14,8 @@ void check(cudaError_t status, const char* what);
 // Checks the launch that was just queued (bad shapes, no kernel image for this device).
 void check_launch(const char* kernel);
 // Seconds per launch of `exec` on `stream`: the median of `replays` timed with device events,
-// after three untimed warm-up launches (for the benches' graph measurements).
+// after three untimed warm-up launches (for the benches' graph measurements). Takes `exec`: it is
+// destroyed before the call returns or throws.
 double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int replays);
 
 inline unsigned blocks_for(int64_t n, int threads) {

@@ -56,13 +56,14 @@ void check_launch(const char* kernel) {
 
 double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
   cudaEvent_t t0, t1;
-  check(cudaEventCreate(&t0), "cudaEventCreate");
-  if (cudaEventCreate(&t1) != cudaSuccess) {
+  cudaError_t status = cudaEventCreate(&t0);
+  if (status == cudaSuccess && (status = cudaEventCreate(&t1)) != cudaSuccess)
     (void)cudaEventDestroy(t0);
-    check(cudaGetLastError(), "cudaEventCreate");
+  if (status != cudaSuccess) {
+    (void)cudaGraphExecDestroy(exec);
+    check(status, "cudaEventCreate");
   }
   std::vector<float> ms;
-  cudaError_t status = cudaSuccess;
   for (int i = 0; i < replays + 3 && status == cudaSuccess; ++i) {
     float v = 0;
     if ((status = cudaEventRecord(t0, stream)) != cudaSuccess ||
@@ -75,6 +76,7 @@ double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int repl
   }
   (void)cudaEventDestroy(t0);
   (void)cudaEventDestroy(t1);
+  (void)cudaGraphExecDestroy(exec);
   check(status, "a timed graph replay");
   std::sort(ms.begin(), ms.end());
   return ms.empty() ? 0.0 : ms[ms.size() / 2] * 1e-3;
@@ -282,15 +284,7 @@ double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays) {
   if (made == cudaSuccess) made = cudaGraphInstantiate(&exec, graph, 0);
   if (graph) (void)cudaGraphDestroy(graph);
   check(made, "the empty-kernel chain's graph");
-  double seconds = 0.0;
-  try {
-    seconds = median_replay_seconds(exec, stream, replays);
-  } catch (...) {
-    (void)cudaGraphExecDestroy(exec);
-    throw;
-  }
-  (void)cudaGraphExecDestroy(exec);
-  return seconds;
+  return median_replay_seconds(exec, stream, replays);
 }
 
 }  // namespace cuda

@@ -660,19 +660,9 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
   }
   check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-  if (made != cudaSuccess) (void)cudaGraphDestroy(graph);
+  (void)cudaGraphDestroy(graph);  // the instantiated graph does not need it
   check(made, "cudaGraphInstantiate");
-  double seconds = 0.0;
-  try {
-    seconds = median_replay_seconds(exec, stream, replays);
-  } catch (...) {
-    (void)cudaGraphExecDestroy(exec);
-    (void)cudaGraphDestroy(graph);
-    throw;
-  }
-  (void)cudaGraphExecDestroy(exec);
-  (void)cudaGraphDestroy(graph);
-  return seconds;
+  return median_replay_seconds(exec, stream, replays);
 }
 
 int set_moe_experts_version(Backend& backend, int version) {
