@@ -22,6 +22,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "backend/backend.h"
 #include "format/checkpoint.h"
@@ -48,6 +49,16 @@ std::unique_ptr<Backend> try_cuda(std::string& why) {
     why = e.what();
     return nullptr;
   }
+}
+
+// Fills n floats of device memory with all-one bits (a NaN as a float, -1 as an int32), before a
+// call whose workspace it is: a read of workspace the call did not write then shows in the result
+// every time, not only when the uninitialised memory happens to hold a NaN.
+void poison(Backend& b, float* p, int64_t n) {
+  const uint32_t ones = 0xffffffffu;
+  float nan;
+  std::memcpy(&nan, &ones, sizeof nan);
+  b.fill(p, n, 1, n, nan);
 }
 
 #define REQUIRE_CUDA(backend)                               \
@@ -264,7 +275,9 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
     b.upload(idd->data(), choice.data(), choice.size() * 4);
     std::vector<float> grouped(static_cast<size_t>(max_rows * k * H)), alone(H);
     int checked = 0;
+    const int64_t ws_floats = Backend::moe_workspace_floats(max_rows, k, H, I, n_stored);
     for (int64_t rows : {1, 2, 3, 8, 64}) {
+      poison(b, ws->f32(), ws_floats);
       b.moe_experts(table.data(), n_stored, xd->f32(), rows, H,
                     static_cast<const int32_t*>(idd->data()), k, k, out->f32(), ws->f32());
       b.download(grouped.data(), out->data(), static_cast<size_t>(rows * k * H) * 4);
@@ -349,10 +362,10 @@ TEST(CudaGroupedExperts, VersionTwoEqualsVersionOneBitwise) {
     for (int64_t e = 0; e < n_stored; ++e) table.push_back({nvfp4(I, H), nvfp4(I, H), nvfp4(H, I)});
     std::vector<float> x(static_cast<size_t>(max_rows * H + sh.x_offset));
     for (auto& v : x) v = normal(gen);
+    const int64_t ws_floats = Backend::moe_workspace_floats(max_rows, k, H, I, n_stored);
     auto xd = b.alloc(x.size() * 4), idd = b.alloc(static_cast<size_t>(max_rows * k) * 4),
          out = b.alloc(static_cast<size_t>(max_rows * slots * H) * 4),
-         ws = b.alloc(
-             static_cast<size_t>(Backend::moe_workspace_floats(max_rows, k, H, I, n_stored)) * 4);
+         ws = b.alloc(static_cast<size_t>(ws_floats) * 4);
     b.upload(xd->data(), x.data(), x.size() * 4);
     const float* xp = xd->f32() + sh.x_offset;
     const std::vector<float> zeros(static_cast<size_t>(max_rows * slots * H), 0.0f);
@@ -370,20 +383,30 @@ TEST(CudaGroupedExperts, VersionTwoEqualsVersionOneBitwise) {
       b.upload(idd->data(), choice.data(), choice.size() * 4);
       for (int64_t rows : {1, 2, 3, 8, 64}) {
         const size_t n = static_cast<size_t>(rows * slots * H);
+        std::ostringstream call;
+        call << "hidden " << H << " inter " << I << " stored " << n_stored << " k " << k
+             << " slots " << slots << " x offset " << sh.x_offset << " mix " << mix << " rows "
+             << rows;
         for (int version : {1, 2}) {
           cuda::set_moe_experts_version(b, version);
           b.upload(out->data(), zeros.data(), n * 4);
+          poison(b, ws->f32(), ws_floats);  // a read of workspace the call did not write gives NaN
           b.moe_experts(table.data(), n_stored, xp, rows, H,
                         static_cast<const int32_t*>(idd->data()), k, slots, out->f32(), ws->f32());
-          b.download((version == 1 ? v1 : v2).data(), out->data(), n * 4);
+          std::vector<float>& got = version == 1 ? v1 : v2;
+          b.download(got.data(), out->data(), n * 4);
+          // Inputs and weights are finite and far from overflow, so every output is finite.
+          for (size_t i = 0; i < n; ++i)
+            ASSERT_TRUE(std::isfinite(got[i]))
+                << call.str() << ": version " << version << " gave " << got[i] << " at row "
+                << i / (slots * H) << " slot " << i / H % slots << " column " << i % H;
         }
         for (size_t i = 0; i < n; ++i)
           ASSERT_EQ(std::memcmp(&v1[i], &v2[i], 4), 0)
-              << "hidden " << H << " inter " << I << " mix " << mix << " rows " << rows
-              << " element " << i << ": v1 " << v1[i] << " v2 " << v2[i];
+              << call.str() << " element " << i << ": v1 " << v1[i] << " v2 " << v2[i];
         float norm = 0.0f;
         for (size_t i = 0; i < n; ++i) norm += std::fabs(v1[i]);
-        ASSERT_GT(norm, 0.0f);  // a vacuous all-zero pass is impossible
+        ASSERT_GT(norm, 0.0f) << call.str();  // a vacuous all-zero pass is impossible
         ++checked;
       }
     }

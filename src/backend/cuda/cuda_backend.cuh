@@ -129,8 +129,15 @@ class CudaBackend final : public Backend {
   // Resident weights (freed with the backend) and the scratch area.
   std::vector<std::unique_ptr<DeviceBuffer>> resident_;
   std::unique_ptr<DeviceBuffer> scratch_;
-  // moe_experts(): device tables of expert pointers, by (host array, its first weight).
-  std::map<std::pair<const void*, const void*>, std::unique_ptr<DeviceBuffer>> expert_tables_;
+  // moe_experts(): device tables of expert pointers, by (host array, its first weight), each with
+  // the weights it was made from. The key alone does not identify the experts: a caller that frees
+  // its array and weights (tests/model/test_cuda_parity.cpp, once per shape) can get both addresses
+  // back for other experts, so a table is used only while its weights equal the array's (moe.cu).
+  struct ExpertTable {
+    std::vector<ExpertWeights> experts;
+    std::unique_ptr<DeviceBuffer> device;
+  };
+  std::map<std::pair<const void*, const void*>, ExpertTable> expert_tables_;
   int experts_version_ = 2;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
@@ -595,8 +596,33 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   check_launch("moe_experts down");
 }
 
+namespace {
+
+bool same_weight(const LinearWeight& a, const LinearWeight& b) {
+  return a.format == b.format && a.out == b.out && a.in == b.in && a.data == b.data &&
+         a.scales == b.scales && std::memcmp(&a.scale2, &b.scale2, sizeof(float)) == 0;
+}
+
+}  // namespace
+
 void CudaBackend::prepare_experts(const ExpertWeights* experts, int64_t n_stored) {
-  if (n_stored <= 0 || expert_tables_.count({experts, experts[0].gate.data})) return;
+  if (n_stored <= 0) return;
+  const std::pair<const void*, const void*> key{experts, experts[0].gate.data};
+  const auto it = expert_tables_.find(key);
+  // A table under this key is used only while it was made from these very weights (n_stored of
+  // them at least). Without this check a stale one was used as it was: the parity test frees each
+  // shape's host array and device weights, the next shape's array and first weight can land on
+  // the same addresses, and moe_experts then read through the old table the previous shape's
+  // freed weights (past their ends where the new shape is larger; past the table's end where it
+  // has more experts): garbage codes and block scales, the same for v1 and v2, NaN where a garbage
+  // scale byte is an E4M3 NaN (0x7f, 0xff).
+  if (it != expert_tables_.end() && static_cast<int64_t>(it->second.experts.size()) >= n_stored &&
+      std::equal(experts, experts + n_stored, it->second.experts.begin(),
+                 [](const ExpertWeights& a, const ExpertWeights& b) {
+                   return same_weight(a.gate, b.gate) && same_weight(a.up, b.up) &&
+                          same_weight(a.down, b.down);
+                 }))
+    return;
   const WeightFormat format = experts[0].gate.format;
   const int64_t inter = experts[0].gate.out, hidden = experts[0].down.out;
   std::vector<DeviceExpert> host(static_cast<size_t>(n_stored));
@@ -610,9 +636,17 @@ void CudaBackend::prepare_experts(const ExpertWeights* experts, int64_t n_stored
       host[s].scale2[m] = w[m]->scale2;
     }
   }
+  // alloc and upload refuse captured work, so a table is never made inside a capture.
   std::unique_ptr<DeviceBuffer> made = alloc(host.size() * sizeof(DeviceExpert));
   upload(made->data(), host.data(), host.size() * sizeof(DeviceExpert));
-  expert_tables_[{experts, experts[0].gate.data}] = std::move(made);  // only once it is made
+  if (it != expert_tables_.end()) {
+    // The stale table may still be read by queued kernels or named by a captured graph.
+    synchronize();
+    forget_captured();
+  }
+  ExpertTable& table = expert_tables_[key];  // only once the new one is made
+  table.experts.assign(experts, experts + n_stored);
+  table.device = std::move(made);
 }
 
 void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x,
@@ -623,12 +657,11 @@ void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, co
   const int64_t inter = experts[0].gate.out;
   if (experts[0].down.out != hidden)
     throw Error("CUDA moe_experts: the experts' output is not the hidden size");
-  auto it = expert_tables_.find({experts, experts[0].gate.data});
-  if (it == expert_tables_.end()) {  // a caller without MoeBlock (contract, bench): made now
-    prepare_experts(experts, n_stored);
-    it = expert_tables_.find({experts, experts[0].gate.data});
-  }
-  const std::unique_ptr<DeviceBuffer>& table = it->second;
+  // Checks the cached table against the array (n_stored weight compares, no device work when it
+  // matches); a caller without MoeBlock (contract, bench, tests) gets its table made here.
+  prepare_experts(experts, n_stored);
+  const std::unique_ptr<DeviceBuffer>& table =
+      expert_tables_.at({experts, experts[0].gate.data}).device;
   if (moe_layout_floats(rows, k, inter, n_stored) >
       Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
     throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
