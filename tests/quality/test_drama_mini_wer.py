@@ -28,10 +28,12 @@ sys.path.insert(0, os.path.join(SOURCE, "tools", "corpus"))
 import asr  # noqa: E402
 import sentences  # noqa: E402
 
-# TODO(issue 14): set from the measured figure once drama-mini is trained (its WER on these 20
-# sentences with this seed, gamma and voice, plus a small margin). 1.0 is a placeholder: it holds
-# back only a model whose insertions outnumber the words.
-MAX_WER = 1.0
+# Measured 2026-12-02 on the first bundled drama-mini (run 3, revision 2c7742af): 0.951 on the
+# 2-vCPU AVX2 VM. The AVX-512 NVFP4 path rounds differently (docs/correctness.md), so another CPU
+# samples other codes; over five sampling settings on this machine the same 20 sentences spread
+# 0.888-0.972. 0.99 holds back what this test exists for: a model that says noise (the random
+# model gives 1.00, the memorised first model 1.32). Tighten it as the model improves.
+MAX_WER = 0.99
 
 SENTENCES = 20
 VOICE = "festival-slt-a"  # the corpus voice pocketsphinx recognises best (docs/training.md)
