@@ -20,6 +20,12 @@ import time
 import urllib.request
 
 
+def checkpoint_label(checkpoint):
+    with open(os.path.join(checkpoint, "manifest.json")) as f:
+        m = json.load(f)
+    return f"{m.get('repo')}@{m.get('revision')}"
+
+
 def start_server(drama, checkpoint, threads):
     proc = subprocess.Popen(
         [drama, "serve", "--checkpoint", checkpoint, "--manifest", os.path.join(checkpoint, "manifest.json"),
@@ -78,7 +84,7 @@ def main():
                               "--max-frames", str(a.frames), "--threads", str(a.threads),
                               "--format", "pcm", "-o", "/dev/null"],
                              capture_output=True, text=True, check=True)
-        m = re.search(r"(\d+) frames in ([\d.]+) s", out.stderr + out.stdout)
+        m = re.search(r"(\d+) frames(?: \([^)]*\))? in ([\d.]+) s", out.stderr + out.stdout)
         says.append((float(m.group(2)), int(m.group(1))))
     says.sort()
     say_s, say_frames = says[1]
@@ -102,7 +108,9 @@ def main():
         "settings": {"text_chars": len(text), "seed": seed, "frames": a.frames, "guidance": "none (no voice)",
                      "response_format": "pcm", "stream": True, "threads": a.threads, "backend": "cpu",
                      "weights": "in memory (the default)",
-                     "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4"},
+                     # The manifest's repo and revision, not the folder's path (which was
+                     # once written here as the cpu-bench command line, whatever was timed).
+                     "checkpoint": checkpoint_label(a.checkpoint)},
         "http": {"time_to_first_audio_s": first, "total_s": total, "audio_s": audio_s,
                  "real_time_factor": audio_s / total, "median_of": 3},
         "http_first_request": {"time_to_first_audio_s": cold[0], "total_s": cold[1],
