@@ -9,6 +9,9 @@
 #     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py DIR/
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
+# DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench ncu http say
+# health"; the machine facts always run), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
+# timing call.
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
 set -u
@@ -20,23 +23,33 @@ drama=$here/bundle/drama
 tmp=$(mktemp -d)
 export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
+sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench ncu http say health}
+want() { [[ " $sections " == *" $1 "* ]]; }
 {
   section "machine"
   date -u +%Y-%m-%dT%H:%M:%SZ
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit --format=csv
   uname -r
   ldd "$drama" | grep "not found" || echo "every bundled library resolves"
-  section "grouped expert kernels: v2 == v1 bitwise, v1 == the separate calls"
-  DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 200 \
-    "$here/bundle/model_test_cuda_parity" --gtest_filter='CudaGroupedExperts.*' \
-    --gtest_output=json:"$out/experts-v1-v2-h200.json"
-  echo "experts v1/v2 exit $?"
+  if want experts; then
+  section "grouped expert kernels: v2 == v1 bitwise, v1 == the separate calls (3 fresh processes)"
+  # Run first, each in a fresh process: the NaN failure of 2026-12-02 07:49 showed only there.
+  for i in 1 2 3; do
+    DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-$i timeout 200 \
+      "$here/bundle/model_test_cuda_parity" --gtest_filter='CudaGroupedExperts.*' \
+      --gtest_output=json:"$out/experts-v1-v2-h200-$i.json" | tail -3
+    echo "experts v1/v2 run $i exit ${PIPESTATUS[0]}"
+  done
+  fi
+  if want contract; then
   section "contract --backend cuda"
   timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
   echo "contract exit $?"
   section "contract --backend cuda, grouped experts v1 (DRAMA_CUDA_EXPERTS=v1)"
   DRAMA_CUDA_EXPERTS=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-v1-h200.json" | tail -3
   echo "contract v1 exit ${PIPESTATUS[0]}"
+  fi
+  if want parity; then
   section "parity tests (CUDA vs CPU)"
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
@@ -45,6 +58,8 @@ section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
   DRAMA_CUDA_EXPERTS=v1 DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-v1 timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-v1-h200.json"
   echo "parity v1 exit $?"
+  fi
+  if want bench; then
   section "bench decode --synthetic bench-30b-a3b"
   timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
     --frames 10 --repeats 5 --json "$out/decode-h200.json" >/dev/null
@@ -60,6 +75,14 @@ for k, v in j["expert_products_one_layer"].items():
     print("experts (moe_experts)", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
 print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
 print(j.get("expert_kernels"))
+kt = j.get("kernel_times")
+if isinstance(kt, dict):
+    for step, v in kt["steps"].items():
+        print("kernel times", step, "launches", v["launches"], "sum %.3f ms" % v["sum_of_kernels_ms"],
+              "graph", v["graph_step_ms"], "late", v["late_launches"], "empty kernel %.2f us" % v.get("empty_kernel_us", 0))
+        for k in sorted(v["by_kernel"], key=lambda k: -k["us"])[:14]:
+            print("   %-40s %5d launches %9.1f us %5.1f%%  %.2f us each" % (
+                k["kernel"], k["launches"], k["us"], 100 * k["share"], k["us"] / k["launches"]))
 e = j["expert_products_one_layer"]
 for case in ("rows1", "rows2_shared", "rows2_disjoint"):
     for kind in ("", "_graph"):
@@ -68,28 +91,31 @@ for case in ("rows1", "rows2_shared", "rows2_disjoint"):
             print("v2 vs v1", case + kind, "%.1f -> %.1f us" % (a["us_per_layer"], b["us_per_layer"]),
                   "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
 PY
+  fi
+  if want ncu; then
   section "Nsight Compute: the grouped expert kernels (grouping, gate/up, down) of one layer"
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   if [ "${DRAMA_RUN_NCU:-1}" = 0 ]; then
     echo "skipped (DRAMA_RUN_NCU=0)"
   elif [ -x "$ncu" ]; then
-    timeout 240 "$ncu" --clock-control none -k regex:'moe_' -c 3 \
-      --section SpeedOfLight --section MemoryWorkloadAnalysis "$drama" bench decode --backend cuda \
-      --synthetic "$here/configs/bench-30b-a3b.json" --frames 1 --repeats 1 >"$out/ncu.txt" 2>&1
-    echo "ncu exit $?"; grep -E "moe_|linear_kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)" "$out/ncu.txt" | head -40
-    # One row (the decode step): the prefill of both branches launches 2 x 48 layers x 3 moe_
-    # kernels first; skip them and take the first layer of the first batch-1 step, v1 then v2.
-    for v in v1 v2; do
+    # One row (the decode step): the prefill of both branches launches 2 x 48 layers x 5 matching
+    # kernels (attention, routing, grouping, gate/up, down) first; skip them and take the first
+    # layer of the first batch-1 step, per expert-kernel version (DRAMA_NCU_VERSIONS, default
+    # "v1 v2"), with the warp stall reasons.
+    for v in ${DRAMA_NCU_VERSIONS:-v1 v2}; do
       echo "-- one row, DRAMA_CUDA_EXPERTS=$v"
-      DRAMA_CUDA_EXPERTS=$v timeout 120 "$ncu" --clock-control none -k regex:'moe_' --launch-skip 288 -c 3 \
-        --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+      DRAMA_CUDA_EXPERTS=$v timeout 150 "$ncu" --clock-control none \
+        -k regex:'moe_|attention_split|route_topk' --launch-skip 480 -c 5 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+        --section Occupancy --section WarpStateStats \
         "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
         --frames 1 --repeats 1 >"$out/ncu-rows1-$v.txt" 2>&1
       echo "ncu $v exit $?"
-      grep -E "moe_|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy" "$out/ncu-rows1-$v.txt" | head -24
+      grep -E "moe_|attention_split|route_topk|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Stall|stall" "$out/ncu-rows1-$v.txt" | head -60
     done
   else
     echo "no ncu"
+  fi
   fi
   section "machine facts into the receipts"
   python3 - "$out" <<'PY' || true
@@ -108,6 +134,7 @@ for name in ("contract-h200.json", "contract-v1-h200.json", "decode-h200.json"):
         json.dump(j, open(path, "w"), indent=2)
 print(machine)
 PY
+  if want http; then
   section "HTTP suite against drama serve --backend cuda (tiny checkpoint)"
   for t in server_test_serve_e2e server_test_serve_lanes; do
     if [ -x "$here/bundle/$t" ]; then
@@ -118,8 +145,12 @@ PY
       echo "$t not bundled"
     fi
   done
+  fi
+  if want say; then
   section "say --backend auto (mini)"
   timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
+  fi
+  if want health; then
   section "serve --backend cuda: /health"
   "$drama" serve --backend cuda --port 18080 >"$tmp/serve.log" 2>&1 &
   pid=$!
@@ -129,6 +160,7 @@ PY
   done
   kill "$pid"; wait "$pid"
   head -5 "$tmp/serve.log"
+  fi
 } 2>&1 | tee "$out/log.txt"
 python3 "$here/strip-paths.py" "$out"/*.json
 (cd "$out" && tar -cf receipts.tar ./*.json && rm -f ./*.json)

@@ -8,7 +8,8 @@
 # driver's libcuda.so is found on the GPU machine as usual. Run it there as
 #   LD_LIBRARY_PATH=OUT OUT/drama ...     or     OUT/run drama ...
 #
-# Usage: scripts/bundle-cuda.sh OUT [TARGET...]    (NVCC overrides /usr/local/cuda/bin/nvcc)
+# Usage: scripts/bundle-cuda.sh OUT [TARGET...]    (NVCC overrides /usr/local/cuda/bin/nvcc;
+# BUILD_DIR overrides build-cuda, e.g. build when scripts/build.sh found nvcc: no second build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 1 ]; then
@@ -24,18 +25,19 @@ if [ ! -x "$nvcc" ]; then
 fi
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DDRAMA_CUDA=ON \
+build=${BUILD_DIR:-build-cuda}
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDRAMA_CUDA=ON \
   -DCMAKE_CUDA_COMPILER="$nvcc" "${launcher[@]}" >/dev/null
 targets=(drama "$@")
-ninja -C build-cuda -j "${JOBS:-$(nproc)}" "${targets[@]}"
+ninja -C "$build" -j "${JOBS:-$(nproc)}" "${targets[@]}"
 
 mkdir -p "$out"
 for t in "${targets[@]}"; do
-  cp -f "build-cuda/$t" "$out/"
+  cp -f "$build/$t" "$out/"
 done
 # Every library the executables need, resolved on this (Debian) machine.
 for t in "${targets[@]}"; do
-  ldd "build-cuda/$t"
+  ldd "$build/$t"
 done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
   case "$name" in
     libc.so.* | libm.so.* | libresolv.so.* | ld-linux*.so.* | linux-vdso.so.*) continue ;;

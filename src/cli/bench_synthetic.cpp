@@ -7,11 +7,13 @@
 // copy bandwidth measured in the same run (CUDA: device-to-device; CPU: host memcpy).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -333,6 +335,59 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #endif
   }
 
+  // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):
+  // where a step's time goes, kernel by kernel, beside the graph's time for the same step.
+  nlohmann::json kernel_times = nlohmann::json::object();
+#ifdef DRAMA_WITH_CUDA
+  if (on_cuda) {
+    use_version(0);
+    for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
+      HostRowTables host_tables;
+      for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
+      const std::span<const int32_t> step_codes(codes.data(),
+                                                static_cast<size_t>(c.audio.num_codebooks * rows));
+      const RowTables tables = host_tables.upload(ws);
+      backbone.embed_frames(ws, step_codes, rows, x->f32());
+      const int32_t* ids = ws.i32(Buf::kIds, static_cast<size_t>(c.audio.num_codebooks * rows));
+      const cuda::KernelTimes kt = cuda::time_each_kernel(b, [&] {
+        backbone.embed_frame_ids(ws, ids, rows, x->f32());
+        backbone.forward(ws, x->f32(), rows, tables, cache);
+        backbone.final_norm(ws, x->f32(), rows, h->f32());
+        backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
+      });
+      // By kernel name (in order of first launch), and the whole step's sequence.
+      std::vector<std::string> order;
+      std::map<std::string, std::pair<int64_t, double>> by_name;
+      nlohmann::json sequence = nlohmann::json::array();
+      double sum_us = 0;
+      for (const auto& k : kt.kernels) {
+        auto [it, fresh] = by_name.try_emplace(k.kernel, 0, 0.0);
+        if (fresh) order.push_back(k.kernel);
+        it->second.first += 1;
+        it->second.second += k.us;
+        sum_us += k.us;
+        sequence.push_back({k.kernel, std::round(k.us * 100) / 100});
+      }
+      nlohmann::json kernels = nlohmann::json::array();
+      for (const auto& name : order)
+        kernels.push_back({{"kernel", name},
+                           {"launches", by_name[name].first},
+                           {"us", by_name[name].second},
+                           {"share", by_name[name].second / sum_us}});
+      const std::string graph_key = rows == 1 ? "batch1_graph" : "paired_batch2_graph";
+      kernel_times[rows == 1 ? "batch1" : "paired_batch2"] = {
+          {"launches", kt.kernels.size()},
+          {"sum_of_kernels_ms", sum_us * 1e-3},
+          {"graph_step_ms",
+           results.contains(graph_key) ? results[graph_key]["per_step_ms"] : nlohmann::json()},
+          {"late_launches", kt.late},
+          {"empty_kernel_us", kt.empty_kernel_us},
+          {"by_kernel", kernels},
+          {"sequence_us", sequence}};
+    }
+  }
+#endif
+
   // The NVFP4 expert products of one MoE layer alone, through Backend::moe_experts (all rows'
   // experts, the choice on the device): one row, two rows sharing their experts, and two rows with
   // disjoint experts (as the guidance branches usually route); on CUDA also as one graph replay.
@@ -444,6 +499,17 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
              "the floor, when both rows share their experts)"
            : "the backend (the experts moe_experts ran)"},
       {"expert_products_one_layer", experts},
+      {"kernel_times",
+       kernel_times.empty()
+           ? nlohmann::json("CUDA only")
+           : nlohmann::
+                 json{{"what",
+                       "one launched step, every kernel timed alone with device events (a spinning "
+                       "kernel holds the stream while the next launch is queued: no launch "
+                       "latency, no "
+                       "gaps); sum_of_kernels_ms against the graph's step: the rest is the gaps "
+                       "between kernels"},
+                      {"steps", kernel_times}}},
       {"expert_kernels", experts_kernels},
       {"ceiling",
        {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},

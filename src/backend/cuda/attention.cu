@@ -10,7 +10,8 @@ namespace {
 
 constexpr int kThreads = 128;  // positions per chunk; value dimensions per pass
 constexpr int kMaxHeadDim = 2 * kThreads;
-constexpr int kSplits = 16;  // blocks per (row, head): a fixed split, whatever the batch
+constexpr int kSplits = 16;       // blocks per (row, head): a fixed split, whatever the batch
+constexpr int kValuesAhead = 16;  // value loads in flight per thread
 
 __device__ float score(const float* qv, const float* kv, int64_t head_dim, float scale) {
   constexpr int kLanes = 16;
@@ -69,8 +70,18 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
     for (int part = 0; part < 2; ++part) {
       const int64_t d = threadIdx.x + part * kThreads;
       if (d >= head_dim) break;
+      // kValuesAhead positions' values are loaded before they are added, in increasing position.
       float a = 0.0f;
-      for (int64_t i = 0; i < n; ++i) a += p[i] * vbase[(j0 + i) * kv_stride + d];
+      const float* vcol = vbase + j0 * kv_stride + d;
+      for (int64_t i0 = 0; i0 < n; i0 += kValuesAhead) {
+        float vv[kValuesAhead];
+#pragma unroll
+        for (int u = 0; u < kValuesAhead; ++u)
+          vv[u] = i0 + u < n ? vcol[(i0 + u) * kv_stride] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < kValuesAhead; ++u)
+          if (i0 + u < n) a += p[i0 + u] * vv[u];
+      }
       acc[part] = acc[part] * alpha + a;
     }
     m = m_new;

@@ -12,7 +12,10 @@ namespace drama::cuda {
 // Throws drama::Error naming the call and CUDA's message.
 void check(cudaError_t status, const char* what);
 // Checks the launch that was just queued (bad shapes, no kernel image for this device).
+// While time_each_kernel (grouped_experts.h) runs, also times that kernel alone.
 void check_launch(const char* kernel);
+// Whether time_each_kernel is running (launchers then name their kernels in more detail).
+bool timing_kernels();
 // Seconds per launch of `exec` on `stream`: the median of `replays` timed with device events,
 // after three untimed warm-up launches (for the benches' graph measurements). Takes `exec`: it is
 // destroyed before the call returns or throws.

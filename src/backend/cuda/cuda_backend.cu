@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.cuh"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -50,8 +51,60 @@ void check(cudaError_t status, const char* what) {
     throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status) + ".");
 }
 
+namespace {
+
+// time_each_kernel's state (one at a time: the bench's thread drives one backend). While `on`,
+// every check_launch closes the timing of the kernel just queued and arms the next: a spinning
+// kernel holds the stream, `start` is recorded behind it, and the host queues the next kernel
+// while the GPU still spins, so start -> stop brackets that kernel alone (no launch latency).
+struct KernelTimer {
+  bool on = false;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  std::chrono::steady_clock::time_point armed_at;
+  std::vector<KernelTime> times;
+  int64_t late = 0;  // kernels queued after the spin had ended (their time includes the wait)
+};
+KernelTimer g_timer;
+
+// Spins for about `ns` nanoseconds of the device's global timer.
+__global__ void spin_kernel(uint64_t ns) {
+  uint64_t t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 >= ns) break;
+  }
+}
+
+constexpr uint64_t kSpinNs = 200000;  // the host's gap between two launches stays well under this
+
+void arm_timer() {
+  spin_kernel<<<1, 32, 0, g_timer.stream>>>(kSpinNs);
+  check(cudaGetLastError(), "spin_kernel");
+  check(cudaEventRecord(g_timer.start, g_timer.stream), "cudaEventRecord");
+  g_timer.armed_at = std::chrono::steady_clock::now();
+}
+
+}  // namespace
+
+bool timing_kernels() {
+  return g_timer.on;
+}
+
 void check_launch(const char* kernel) {
   check(cudaGetLastError(), kernel);
+  if (!g_timer.on) return;
+  const auto queued = std::chrono::steady_clock::now();
+  check(cudaEventRecord(g_timer.stop, g_timer.stream), "cudaEventRecord");
+  check(cudaEventSynchronize(g_timer.stop), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, g_timer.start, g_timer.stop), "cudaEventElapsedTime");
+  if (std::chrono::duration<double, std::nano>(queued - g_timer.armed_at).count() > 0.8 * kSpinNs)
+    ++g_timer.late;
+  g_timer.times.push_back({kernel, ms * 1e3});
+  arm_timer();
 }
 
 double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int replays) {
@@ -285,6 +338,46 @@ double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays) {
   if (graph) (void)cudaGraphDestroy(graph);
   check(made, "the empty-kernel chain's graph");
   return median_replay_seconds(exec, stream, replays);
+}
+
+KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {
+  CudaBackend& cuda = cuda_of(backend);
+  if (g_timer.on) throw Error("time_each_kernel: already timing");
+  cuda.synchronize();
+  check(cudaEventCreate(&g_timer.start), "cudaEventCreate");
+  check(cudaEventCreate(&g_timer.stop), "cudaEventCreate");
+  g_timer.stream = cuda.stream();
+  g_timer.times.clear();
+  g_timer.late = 0;
+  g_timer.on = true;
+  KernelTimes result;
+  try {
+    arm_timer();
+    // The floor of this timing: empty kernels timed the same way.
+    constexpr int kEmpty = 16;
+    for (int i = 0; i < kEmpty; ++i) {
+      empty_kernel<<<1, 32, 0, g_timer.stream>>>();
+      check_launch("empty kernel");
+    }
+    std::vector<double> empty;
+    for (const auto& t : g_timer.times) empty.push_back(t.us);
+    std::sort(empty.begin(), empty.end());
+    result.empty_kernel_us = empty[empty.size() / 2];
+    g_timer.times.clear();
+    work();
+    cuda.synchronize();
+  } catch (...) {
+    g_timer.on = false;
+    (void)cudaEventDestroy(g_timer.start);
+    (void)cudaEventDestroy(g_timer.stop);
+    throw;
+  }
+  g_timer.on = false;
+  (void)cudaEventDestroy(g_timer.start);
+  (void)cudaEventDestroy(g_timer.stop);
+  result.kernels = std::move(g_timer.times);
+  result.late = g_timer.late;
+  return result;
 }
 
 }  // namespace cuda

@@ -1,10 +1,13 @@
 // CUDA-only measurements for `drama bench decode --synthetic` (plain C++: callers include no CUDA
 // header): the grouped expert kernels (Backend::moe_experts) as one CUDA graph replay, the
-// version switch, a captured step's node count and the cost of that many empty launches.
+// version switch, a captured step's node count, the cost of that many empty launches and each
+// kernel of a step timed alone.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -32,5 +35,23 @@ int64_t captured_graph_nodes(Backend& backend, const std::string& key);
 // stream (1 block of 32 threads each, each after the one before): what that many launches cost
 // with no work in them, the floor of a captured step of as many launches. Median of `replays`.
 double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays);
+
+// Each kernel `work` launches on `backend` (not captured; launched as it comes), timed alone with
+// device events in launch order: a spinning kernel holds the stream while the host queues the
+// next launch, so a time is that kernel's own execution, without launch latency or the gaps
+// between kernels (what a graph replay removes). `late` counts kernels the host queued only after
+// the spin had ended (their times include the wait). Launches are named as check_launch names
+// them (matrix products with their shape). Throws drama::Error when `backend` is not the CUDA
+// backend.
+struct KernelTime {
+  std::string kernel;
+  double us;
+};
+struct KernelTimes {
+  std::vector<KernelTime> kernels;
+  int64_t late = 0;
+  double empty_kernel_us = 0;  // the median time of an empty kernel timed the same way (the floor)
+};
+KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work);
 
 }  // namespace drama::cuda

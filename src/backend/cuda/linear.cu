@@ -1,5 +1,7 @@
 #include "backend/cuda/linear.cuh"
 
+#include <string>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/linear_dot.cuh"
@@ -28,7 +30,7 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
       const uint8_t* sr[1] = {scales + o * (in / 16)};
       nvfp4_lane_dots<1>(cr, sr, in, xs, nr, vec_x, acc);
     } else
-      bf16_lane_dots(static_cast<const uint16_t*>(data) + o * in, in, xs, nr, acc);
+      bf16_lane_dots(static_cast<const uint16_t*>(data) + o * in, in, xs, nr, vec_x, acc);
     for (int rr = 0; rr < kRowTile; ++rr) {
       if (rr >= nr) break;
       const float sum = warp_sum(acc[rr]);
@@ -67,7 +69,14 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
   else
     linear_kernel<WeightFormat::BF16>
         <<<grid, threads, 0, stream>>>(w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x, y);
-  check_launch("linear");
+  if (timing_kernels()) {
+    const std::string name =
+        std::string("linear ") + (w.format == WeightFormat::NVFP4 ? "nvfp4 " : "bf16 ") +
+        std::to_string(rows) + "x" + std::to_string(w.in) + "->" + std::to_string(w.out);
+    check_launch(name.c_str());
+  } else {
+    check_launch("linear");
+  }
 }
 
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,

@@ -20,9 +20,11 @@ constexpr int kAhead = 4;  // loads a lane issues before their arithmetic
 
 // BF16 [in] row against xs[0..nr): lane l owns chunks of 8 inputs c = l, l + 32, ... (in % 8 ==
 // 0: one 16-byte load per chunk, kAhead chunks loaded before their arithmetic) or single inputs
-// i = l, l + 32, ... (otherwise); each product is added with one fused multiply-add.
+// i = l, l + 32, ... (otherwise); each product is added with one fused multiply-add. vec_x: every
+// xs[rr] starts on 16 bytes (float4 loads of x).
 __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, int64_t in,
-                                               const float* const* xs, int nr, float* acc) {
+                                               const float* const* xs, int nr, bool vec_x,
+                                               float* acc) {
   const int lane = threadIdx.x % 32;
   if (in % 8 == 0) {
     const int64_t chunks = in / 8;
@@ -45,7 +47,16 @@ __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, 
         for (int rr = 0; rr < kRowTile; ++rr) {
           if (rr >= nr) break;
           const float* xr = xs[rr] + c * 8;
-          for (int e = 0; e < 8; ++e) acc[rr] = fmaf(wv[e], xr[e], acc[rr]);
+          float xv[8];
+          if (vec_x) {  // two 16-byte loads instead of eight 4-byte ones: the same values
+            const float4 a = reinterpret_cast<const float4*>(xr)[0];
+            const float4 b = reinterpret_cast<const float4*>(xr)[1];
+            xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+            xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+          } else {
+            for (int e = 0; e < 8; ++e) xv[e] = xr[e];
+          }
+          for (int e = 0; e < 8; ++e) acc[rr] = fmaf(wv[e], xv[e], acc[rr]);
         }
       }
     }

@@ -16,11 +16,14 @@ namespace {
 
 constexpr int kMaxTopk = 64;
 
-// One block of kRouteThreads per row. The exp terms are summed by one thread in increasing
-// original id (so a pruned layer gives bitwise the probabilities of the unpruned one with -inf
-// logits: adding +0 changes nothing); top-k is k rounds of a block-wide arg-max under the total
-// order (higher probability, then lower original id), which picks the same experts in the same
-// rank order as any correct selection.
+// One block of kRouteThreads per row. Every value has the bits of the plain sequential form: the
+// exp terms are computed in parallel but summed by one thread in increasing original id (so a
+// pruned layer gives bitwise the probabilities of the unpruned one with -inf logits: adding +0
+// changes nothing); top-k is the total order (higher probability, then lower original id): an
+// expert's rank is the number of experts that beat it, so each thread ranks its own experts and
+// the k best land in rank order, the same experts in the same order as k rounds of an arg-max. A
+// row holding NaN has no total order; it gets the first k stored experts (k distinct valid indices,
+// weights NaN: the frame's non-finite flag reports it).
 constexpr int kRouteThreads = 128;
 
 __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logit_stride,
@@ -29,75 +32,68 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
                                   int64_t k, bool norm_topk, int32_t* __restrict__ expert_index,
                                   float* __restrict__ weight) {
   extern __shared__ float shared[];
-  float* prob = shared;                                          // [n_stored]
-  int32_t* by_id = reinterpret_cast<int32_t*>(prob + n_stored);  // stored index by id rank
+  float* prob = shared;                                         // [n_stored] by stored index
+  float* by_id = prob + n_stored;                               // [n_stored] exp terms by id rank
+  int32_t* oid = reinterpret_cast<int32_t*>(by_id + n_stored);  // [n_stored] original ids
   __shared__ float max_part[32];
-  __shared__ float best_p[32];
-  __shared__ int32_t best_s[32];
   __shared__ int32_t chosen[kMaxTopk];
   __shared__ float total;
+  __shared__ int unordered;
   const int64_t r = blockIdx.x;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const float* l = logits + r * logit_stride;
+  if (threadIdx.x == 0) unordered = 0;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) chosen[j] = -1;
   float max = -__int_as_float(0x7f800000);
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    int64_t rank = 0;
-    for (int64_t t = 0; t < n_stored; ++t) rank += original_id[t] < original_id[s];
-    by_id[rank] = static_cast<int32_t>(s);
-    max = fmaxf(max, l[logit_column[s]]);
+    oid[s] = original_id[s];
+    prob[s] = l[logit_column[s]];
+    max = fmaxf(max, prob[s]);
   }
-  max = block_max(max, max_part);  // synchronizes: by_id is complete
+  max = block_max(max, max_part);  // synchronizes: oid and the logits are in shared memory
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
+    const int32_t me = oid[s];
+    int64_t rank = 0;
+#pragma unroll 8
+    for (int64_t t = 0; t < n_stored; ++t) rank += oid[t] < me;
+    const float e = expf(prob[s] - max);
+    prob[s] = e;
+    by_id[rank] = e;
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
+    // In increasing id; 16 terms are loaded before they are added.
     float sum = 0.0f;
-    for (int64_t i = 0; i < n_stored; ++i) {
-      const int32_t s = by_id[i];
-      prob[s] = expf(l[logit_column[s]] - max);
-      sum += prob[s];
+    for (int64_t i0 = 0; i0 < n_stored; i0 += 16) {
+      float e[16];
+#pragma unroll
+      for (int u = 0; u < 16; ++u) e[u] = i0 + u < n_stored ? by_id[i0 + u] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 16; ++u)
+        if (i0 + u < n_stored) sum += e[u];
     }
     total = sum;
   }
   __syncthreads();
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) prob[s] /= total;
   __syncthreads();
-  // a beats b: higher probability, or equal and lower original id (b < 0: nothing yet).
-  auto better = [&](float pa, int32_t a, float pb, int32_t b) {
-    return b < 0 || (a >= 0 && (pa > pb || (pa == pb && original_id[a] < original_id[b])));
-  };
-  for (int64_t j = 0; j < k; ++j) {
-    float bp = 0.0f;
-    int32_t bs = -1;
-    for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-      bool taken = false;
-      for (int64_t i = 0; i < j; ++i) taken |= chosen[i] == s;
-      if (!taken && better(prob[s], static_cast<int32_t>(s), bp, bs)) {
-        bp = prob[s];
-        bs = static_cast<int32_t>(s);
-      }
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
+    const float p = prob[s];
+    const int32_t me = oid[s];
+    int64_t beaten_by = 0;
+#pragma unroll 8
+    for (int64_t t = 0; t < n_stored; ++t) {
+      const float pt = prob[t];
+      beaten_by += pt > p || (pt == p && oid[t] < me);
     }
-    for (int m = 16; m >= 1; m /= 2) {
-      const float op = __shfl_xor_sync(0xffffffffu, bp, m);
-      const int32_t os = __shfl_xor_sync(0xffffffffu, bs, m);
-      if (better(op, os, bp, bs)) {
-        bp = op;
-        bs = os;
-      }
-    }
-    if (lane == 0) {
-      best_p[warp] = bp;
-      best_s[warp] = bs;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w)
-        if (better(best_p[w], best_s[w], bp, bs)) {
-          bp = best_p[w];
-          bs = best_s[w];
-        }
-      chosen[j] = bs;
-    }
-    __syncthreads();
+    if (p != p) unordered = 1;
+    if (beaten_by < k) chosen[beaten_by] = static_cast<int32_t>(s);
   }
+  __syncthreads();
   if (threadIdx.x != 0) return;
+  if (unordered) {
+    // No total order: the first k stored experts, each once.
+    for (int64_t j = 0; j < k; ++j) chosen[j] = static_cast<int32_t>(j);
+  }
   float kept = 0.0f;
   for (int64_t j = 0; j < k; ++j) kept += prob[chosen[j]];
   for (int64_t j = 0; j < k; ++j) {
@@ -205,7 +201,7 @@ __device__ __forceinline__ void expert_dots(const DeviceExpert& e, const int* wh
     nvfp4_lane_dots<NW>(cr, sr, in, xs, nr, vec_x, acc);
   } else {
     for (int w = 0; w < NW; ++w)
-      bf16_lane_dots(static_cast<const uint16_t*>(e.data[which[w]]) + o * in, in, xs, nr,
+      bf16_lane_dots(static_cast<const uint16_t*>(e.data[which[w]]) + o * in, in, xs, nr, vec_x,
                      acc + w * kRowTile);
   }
 }
@@ -518,7 +514,7 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
   if (k > kMaxTopk || k > n_stored)
     throw Error("CUDA route_topk: k = " + std::to_string(k) + " must be at most " +
                 std::to_string(kMaxTopk) + " and at most the stored experts.");
-  const size_t shared = static_cast<size_t>(n_stored) * (sizeof(float) + sizeof(int32_t));
+  const size_t shared = static_cast<size_t>(n_stored) * (2 * sizeof(float) + sizeof(int32_t));
   route_topk_kernel<<<static_cast<unsigned>(rows), kRouteThreads, shared, stream>>>(
       logits, logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index,
       weight);
