@@ -6,11 +6,14 @@
 # (serve e2e and lanes) against `drama serve --backend cuda`, a `say` and a /health check, all from a folder
 # made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity server_test_serve_e2e server_test_serve_lanes \
-#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py DIR/
+#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py bench/server_latency.py \
+#        bench/thread-scaling.sh DIR/
+# (e2e also times the bundled drama-mini: DIR/models/drama-mini, else the checkout's models/ two
+# folders up, where DIR is out/gpu of a checkout).
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
 # DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench ncu http say
-# health"; the machine facts always run), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
+# e2e threads health"; the machine facts always run), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
 # timing call.
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
@@ -18,12 +21,12 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-/tmp/cuda-run}
 mkdir -p "$out"
-export LD_LIBRARY_PATH=$here/bundle
+export LD_LIBRARY_PATH=$here/bundle ESPEAK_DATA_PATH=$here/bundle
 drama=$here/bundle/drama
 tmp=$(mktemp -d)
 export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
-sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench ncu http say health}
+sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench ncu http say e2e threads health}
 want() { [[ " $sections " == *" $1 "* ]]; }
 {
   section "machine"
@@ -107,7 +110,9 @@ PY
       DRAMA_CUDA_EXPERTS=$v timeout 150 "$ncu" --clock-control none \
         -k regex:'moe_|attention_split|route_topk' --launch-skip 480 -c 5 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
-        --section Occupancy --section WarpStateStats \
+        --section Occupancy --section WarpStateStats --section InstructionStats \
+        --section ComputeWorkloadAnalysis --section SchedulerStats \
+        --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
         "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
         --frames 1 --repeats 1 >"$out/ncu-rows1-$v.txt" 2>&1
       echo "ncu $v exit $?"
@@ -149,6 +154,32 @@ PY
   if want say; then
   section "say --backend auto (mini)"
   timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
+  fi
+  if want e2e; then
+  section "end to end on CUDA: time to first audio and real-time factor, 10 s (125 frames)"
+  # The cpu-bench checkpoint (configs/cpu-bench.json: the real Mimi codec geometry; random
+  # weights, so every request runs to its maximum duration) is made here: 1.8 GB, too big to carry.
+  ck=$tmp/cpu-bench-seed1-nvfp4
+  timeout 300 "$drama" make-checkpoint --config "$here/configs/cpu-bench.json" --seed 1 --nvfp4 -o "$ck" >/dev/null
+  echo "make-checkpoint exit $?"
+  timeout 240 python3 "$here/server_latency.py" --drama "$drama" --checkpoint "$ck" --frames 125 \
+    --backend cuda --json "$out/latency-cpu-bench-h200.json" | tail -22
+  echo "latency cpu-bench exit ${PIPESTATUS[0]}"
+  mini=$here/models/drama-mini
+  [ -d "$mini" ] || mini=$here/../../models/drama-mini
+  if [ -d "$mini" ]; then
+    timeout 240 python3 "$here/server_latency.py" --drama "$drama" --checkpoint "$mini" \
+      --frames 125 --backend cuda --json "$out/latency-drama-mini-h200.json" | tail -22
+    echo "latency drama-mini exit ${PIPESTATUS[0]}"
+  fi
+  fi
+  if want threads; then
+  section "CPU thread scaling on this machine's cores (bench/thread-scaling.sh, issue 12)"
+  ck=$tmp/cpu-bench-seed1-nvfp4
+  [ -f "$ck/manifest.json" ] || timeout 300 "$drama" make-checkpoint --config "$here/configs/cpu-bench.json" --seed 1 --nvfp4 -o "$ck" >/dev/null
+  timeout 300 "$here/thread-scaling.sh" --drama "$drama" --checkpoint "$ck" --rounds 1 --frames 16 \
+    --repeats 3 --out "$out/threads-xeon16.json" 2>&1 | tail -5
+  echo "thread scaling exit ${PIPESTATUS[0]}"
   fi
   if want health; then
   section "serve --backend cuda: /health"

@@ -2,7 +2,8 @@
 """Time to first audio and real-time factor of one streamed request through `drama serve`,
 beside the same utterance through `drama say` (the server's overhead). Writes one JSON receipt.
 
-    bench/server_latency.py --drama build/drama --checkpoint DIR [--frames 25] [--json FILE]
+    bench/server_latency.py --drama build/drama --checkpoint DIR [--frames 25] [--threads 2]
+                            [--backend cpu|cuda] [--json FILE]
 
 The checkpoint is verified against DIR/manifest.json by both commands. Receipts carry settings and
 figures only (no paths, hostnames or audio).
@@ -26,10 +27,10 @@ def checkpoint_label(checkpoint):
     return f"{m.get('repo')}@{m.get('revision')}"
 
 
-def start_server(drama, checkpoint, threads):
+def start_server(drama, checkpoint, threads, backend):
     proc = subprocess.Popen(
         [drama, "serve", "--checkpoint", checkpoint, "--manifest", os.path.join(checkpoint, "manifest.json"),
-         "--port", "0", "--threads", str(threads)],
+         "--port", "0", "--threads", str(threads), "--backend", backend],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -70,6 +71,7 @@ def main():
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--frames", type=int, default=25)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backend", default="cpu")
     ap.add_argument("--json")
     a = ap.parse_args()
     text, seed, rate, frame_rate = "The quick brown fox jumps over the lazy dog.", 7, 24000, 12.5
@@ -82,6 +84,7 @@ def main():
         out = subprocess.run([a.drama, "say", text, "--checkpoint", a.checkpoint,
                               "--manifest", os.path.join(a.checkpoint, "manifest.json"), "--seed", str(seed),
                               "--max-frames", str(a.frames), "--threads", str(a.threads),
+                              "--backend", a.backend,
                               "--format", "pcm", "-o", "/dev/null"],
                              capture_output=True, text=True, check=True)
         m = re.search(r"(\d+) frames(?: \([^)]*\))? in ([\d.]+) s", out.stderr + out.stdout)
@@ -89,7 +92,7 @@ def main():
     says.sort()
     say_s, say_frames = says[1]
 
-    proc, base = start_server(a.drama, a.checkpoint, a.threads)
+    proc, base = start_server(a.drama, a.checkpoint, a.threads, a.backend)
     try:
         # The first request is the server's first generation, as say's is its process's (both
         # hold their weights in memory, read at load). The three after it are warm.
@@ -106,7 +109,7 @@ def main():
         "date": datetime.date.today().isoformat(),
         "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), ""),
         "settings": {"text_chars": len(text), "seed": seed, "frames": a.frames, "guidance": "none (no voice)",
-                     "response_format": "pcm", "stream": True, "threads": a.threads, "backend": "cpu",
+                     "response_format": "pcm", "stream": True, "threads": a.threads, "backend": a.backend,
                      "weights": "in memory (the default)",
                      # The manifest's repo and revision, not the folder's path (which was
                      # once written here as the cpu-bench command line, whatever was timed).

@@ -3,10 +3,11 @@
 # has an NVIDIA driver but none of Debian's libraries: OUT/ gets `drama` (plus any extra build
 # targets named after OUT, e.g. test executables), every shared library `ldd` lists for them
 # except the C library, libm, libresolv and the dynamic linker (the host's own, which the
-# bundled ones are built against: Debian 12's glibc 2.36 runs on any newer glibc), and a `run`
-# wrapper that sets LD_LIBRARY_PATH to the folder. The CUDA runtime is linked statically; the
+# bundled ones are built against: Debian 12's glibc 2.36 runs on any newer glibc), libespeak-ng's
+# data (espeak-ng-data/), and a `run` wrapper that sets LD_LIBRARY_PATH and ESPEAK_DATA_PATH to
+# the folder. The CUDA runtime is linked statically; the
 # driver's libcuda.so is found on the GPU machine as usual. Run it there as
-#   LD_LIBRARY_PATH=OUT OUT/drama ...     or     OUT/run drama ...
+#   LD_LIBRARY_PATH=OUT ESPEAK_DATA_PATH=OUT OUT/drama ...     or     OUT/run drama ...
 #
 # Usage: scripts/bundle-cuda.sh OUT [TARGET...]    (NVCC overrides /usr/local/cuda/bin/nvcc;
 # BUILD_DIR overrides build-cuda, e.g. build when scripts/build.sh found nvcc: no second build)
@@ -44,13 +45,24 @@ done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r n
   esac
   cp -fL "$path" "$out/$name"
 done
+# libespeak-ng's data (the espeak-ipa text frontend of drama-mini): libespeak-ng looks for it at
+# its compiled-in Debian path, which a machine without Debian's packages lacks; ESPEAK_DATA_PATH
+# (set by `run`, or by hand to OUT) points it here.
+espeak_data=$(pkg-config --variable=libdir espeak-ng 2>/dev/null || echo /usr/lib/x86_64-linux-gnu)/espeak-ng-data
+if [ ! -d "$espeak_data" ]; then
+  echo "bundle-cuda.sh: espeak-ng-data not found at $espeak_data (package espeak-ng-data)" >&2
+  exit 1
+fi
+rm -rf "$out/espeak-ng-data"
+cp -r "$espeak_data" "$out/espeak-ng-data"
 cat >"$out/run" <<'WRAPPER'
 #!/bin/sh
-# Runs a bundled executable with the bundled libraries: OUT/run drama ARGS...
+# Runs a bundled executable with the bundled libraries and espeak-ng data: OUT/run drama ARGS...
 here=$(cd "$(dirname "$0")" && pwd)
 exe=$1
 shift
-LD_LIBRARY_PATH="$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/$exe" "$@"
+ESPEAK_DATA_PATH="${ESPEAK_DATA_PATH:-$here}" \
+  LD_LIBRARY_PATH="$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/$exe" "$@"
 WRAPPER
 chmod +x "$out/run"
 echo "bundle-cuda.sh: $out: $(ls "$out" | wc -l) files, $(du -sh "$out" | cut -f1)"

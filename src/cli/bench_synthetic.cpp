@@ -249,21 +249,37 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   };
   // (version, rows, captured): each version's step launched kernel by kernel, and the default
   // version's also as captured work (a CUDA graph: the frame step's form; on the CPU the same).
+  // On CUDA the graphs also run with programmatic dependent launch off (names ending _no_pdl),
+  // beside the default (on unless DRAMA_CUDA_PDL=0).
   struct StepRun {
     int version;
     int64_t rows;
     bool captured;
+    bool no_pdl;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
-    for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.push_back({v, rows, false});
-  for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.push_back({0, rows, true});
+    for (const int64_t rows : {int64_t{1}, int64_t{2}})
+      step_runs.push_back({v, rows, false, false});
+  for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.push_back({0, rows, true, false});
+#ifdef DRAMA_WITH_CUDA
+  const bool pdl_default = on_cuda && cuda::set_programmatic_launch(b, true);
+  if (on_cuda) {
+    cuda::set_programmatic_launch(b, pdl_default);
+    if (pdl_default)
+      for (const int64_t rows : {int64_t{1}, int64_t{2}})
+        step_runs.push_back({0, rows, true, true});
+  }
+#endif
   for (const StepRun& run : step_runs) {
     // (plain names, not a structured binding: clang 14 does not capture those in lambdas)
     const int version = run.version;
     const int64_t rows = run.rows;
     const bool captured = run.captured;
     use_version(version);
+#ifdef DRAMA_WITH_CUDA
+    if (on_cuda) cuda::set_programmatic_launch(b, run.no_pdl ? false : pdl_default);
+#endif
     HostRowTables host_tables;
     for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
     const std::span<const int32_t> step_codes(codes.data(),
@@ -314,8 +330,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const double t = median(per_step);
     nlohmann::json samples = nlohmann::json::array();
     for (double v : per_step) samples.push_back(v * 1e3);
-    nlohmann::json& row = results[(rows == 1 ? "batch1" : "paired_batch2") +
-                                  suffix(version, "_experts_v") + (captured ? "_graph" : "")];
+    nlohmann::json& row =
+        results[(rows == 1 ? "batch1" : "paired_batch2") + suffix(version, "_experts_v") +
+                (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "")];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},
@@ -335,6 +352,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #endif
   }
 
+#ifdef DRAMA_WITH_CUDA
+  if (on_cuda) cuda::set_programmatic_launch(b, pdl_default);
+#endif
   // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):
   // where a step's time goes, kernel by kernel, beside the graph's time for the same step.
   nlohmann::json kernel_times = nlohmann::json::object();
@@ -355,7 +375,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
         backbone.final_norm(ws, x->f32(), rows, h->f32());
         backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
       });
-      // By kernel name (in order of first launch), and the whole step's sequence.
+      // By kernel name (in order of first launch), and the step's first kSequenceKept launches
+      // in order (the embedding and the first layers: which product is which).
+      constexpr size_t kSequenceKept = 50;
       std::vector<std::string> order;
       std::map<std::string, std::pair<int64_t, double>> by_name;
       nlohmann::json sequence = nlohmann::json::array();
@@ -366,7 +388,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
         it->second.first += 1;
         it->second.second += k.us;
         sum_us += k.us;
-        sequence.push_back({k.kernel, std::round(k.us * 100) / 100});
+        if (sequence.size() < kSequenceKept)
+          sequence.push_back({k.kernel, std::round(k.us * 100) / 100});
       }
       nlohmann::json kernels = nlohmann::json::array();
       for (const auto& name : order)
@@ -383,7 +406,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
           {"late_launches", kt.late},
           {"empty_kernel_us", kt.empty_kernel_us},
           {"by_kernel", kernels},
-          {"sequence_us", sequence}};
+          {"first_launches_us", sequence}};
     }
   }
 #endif

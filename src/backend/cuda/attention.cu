@@ -8,29 +8,26 @@ namespace drama::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;  // positions per chunk; value dimensions per pass
+constexpr int kThreads = 128;  // 4 warps; value dimensions per pass
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 32;                 // positions per chunk
+constexpr int kPerWarp = kChunk / kWarps;  // positions whose scores a warp forms per chunk
 constexpr int kMaxHeadDim = 2 * kThreads;
-constexpr int kSplits = 16;       // blocks per (row, head): a fixed split, whatever the batch
-constexpr int kValuesAhead = 16;  // value loads in flight per thread
+constexpr int kDimsPerLane = kMaxHeadDim / 32;
+constexpr int kSplits = 16;  // blocks per (row, head): a fixed split, whatever the batch
 
-__device__ float score(const float* qv, const float* kv, int64_t head_dim, float scale) {
-  constexpr int kLanes = 16;
-  float lane[kLanes];
-  for (int l = 0; l < kLanes; ++l) lane[l] = 0.0f;
-  int64_t d = 0;
-  for (; d + kLanes <= head_dim; d += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += qv[d + l] * kv[d + l];
-  for (int width = kLanes / 2; width >= 1; width /= 2)
-    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
-  float dot = lane[0];
-  for (; d < head_dim; ++d) dot += qv[d] * kv[d];
-  return dot * scale;
-}
-
-// Split s of (row, head) t takes the chunks c = s, s + kSplits, ... of kThreads positions of the
-// row's span, in increasing c, with a running maximum m, exp-sum l and value sums acc (each
-// chunk: scores, the chunk's exact maximum, rescaling by exp(m_old - m_new), the chunk's
-// exponentials summed in a fixed tree, each value dimension summed in increasing position).
+// Split s of (row, head) t takes the chunks c = s, s + kSplits, ... of kChunk positions of the
+// row's span (from its window's first position), in increasing c, with a running maximum m,
+// exp-sum l and value sums acc. Per chunk:
+// - score of position j (warp w forms those of positions w * kPerWarp + u): lane l sums
+//   q[d] k[d] for d = l, l + 32, ... < head_dim in increasing d with fmaf, then warp_sum's fixed
+//   butterfly, times 1/sqrt(head_dim);
+// - warp 0: the chunk's exact maximum, m_new = max(m, it), e_i = exp(score_i - m_new), and their
+//   sum by warp_sum (lane i holds e_i);
+// - l = l exp(m - m_new) + that sum; value dimension d: a = sum_i e_i v_i[d] with fmaf in
+//   increasing position, acc = acc exp(m - m_new) + a.
+// Every operation is fixed by the row's own position and window, never by the batch. Loads go
+// ahead of their arithmetic: a chunk's values (first pass) are requested before its scores.
 // It writes (m, l, acc) to partial[t][s].
 __global__ void attention_split_kernel(const float* __restrict__ q,
                                        const int32_t* __restrict__ positions,
@@ -39,8 +36,10 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
                                        const float* __restrict__ v_cache, int64_t n_heads,
                                        int64_t n_kv_heads, int64_t head_dim, int64_t window,
                                        float scale, float* __restrict__ partial) {
-  __shared__ float p[kThreads];
-  __shared__ float scratch[32];
+  pdl_entry();
+  __shared__ float p[kChunk];
+  __shared__ float scores[kChunk];
+  __shared__ float stats[3];     // m_new, exp(m - m_new), the chunk's exp sum
   const int64_t t = blockIdx.x;  // row * n_heads + head
   const int split = blockIdx.y;
   const int64_t r = t / n_heads, h = t % n_heads, kvh = h / (n_heads / n_kv_heads);
@@ -51,37 +50,71 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
   const int64_t base = (cache_row0 ? cache_row0[r] : 0) * kv_stride + kvh * head_dim;
   const float* kbase = k_cache + base;
   const float* vbase = v_cache + base;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float qreg[kDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kDimsPerLane; ++i) {
+    const int64_t d = lane + 32 * i;
+    qreg[i] = d < head_dim ? qv[d] : 0.0f;
+  }
 
   float m = -__int_as_float(0x7f800000), l = 0.0f;
   float acc[2] = {0.0f, 0.0f};
-  for (int64_t j0 = first + static_cast<int64_t>(split) * kThreads; j0 <= last;
-       j0 += static_cast<int64_t>(kSplits) * kThreads) {
-    const int64_t j = j0 + threadIdx.x;
-    const int64_t n = last - j0 + 1 < kThreads ? last - j0 + 1 : kThreads;
-    const float sc =
-        j <= last ? score(qv, kbase + j * kv_stride, head_dim, scale) : -__int_as_float(0x7f800000);
-    const float m_new = fmaxf(m, block_max(sc, scratch));
-    const float alpha = expf(m - m_new);  // 0 for the first chunk (m = -inf)
-    const float e = j <= last ? expf(sc - m_new) : 0.0f;
-    __syncthreads();  // the previous chunk's p has been read
-    p[threadIdx.x] = e;
-    const float chunk_sum = block_sum(e, scratch);  // synchronizes: p is complete
-    l = l * alpha + chunk_sum;
+  for (int64_t j0 = first + static_cast<int64_t>(split) * kChunk; j0 <= last;
+       j0 += static_cast<int64_t>(kSplits) * kChunk) {
+    const int n = static_cast<int>(last - j0 + 1 < kChunk ? last - j0 + 1 : kChunk);
+    // The first pass's values of the chunk, requested before anything waits on them.
+    float vv[kChunk];
+    const int64_t d0 = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      vv[i] = i < n && d0 < head_dim ? vbase[(j0 + i) * kv_stride + d0] : 0.0f;
+    float kv[kPerWarp][kDimsPerLane];
+#pragma unroll
+    for (int u = 0; u < kPerWarp; ++u)
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        const int pos = warp * kPerWarp + u;
+        const int64_t d = lane + 32 * i;
+        kv[u][i] = pos < n && d < head_dim ? kbase[(j0 + pos) * kv_stride + d] : 0.0f;
+      }
+    __syncthreads();  // the previous chunk's scores, p and stats have been read
+#pragma unroll
+    for (int u = 0; u < kPerWarp; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i)
+        if (lane + 32 * i < head_dim) dot = fmaf(qreg[i], kv[u][i], dot);
+      dot = warp_sum(dot);
+      if (lane == 0) scores[warp * kPerWarp + u] = dot * scale;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const float sc = lane < n ? scores[lane] : -__int_as_float(0x7f800000);
+      const float m_new = fmaxf(m, warp_max(sc));
+      const float e = lane < n ? expf(sc - m_new) : 0.0f;
+      p[lane] = e;
+      const float sum = warp_sum(e);
+      if (lane == 0) {
+        stats[0] = m_new;
+        stats[1] = expf(m - m_new);  // 0 for the first chunk (m = -inf)
+        stats[2] = sum;
+      }
+    }
+    __syncthreads();
+    const float m_new = stats[0], alpha = stats[1];
+    l = l * alpha + stats[2];
     for (int part = 0; part < 2; ++part) {
       const int64_t d = threadIdx.x + part * kThreads;
       if (d >= head_dim) break;
-      // kValuesAhead positions' values are loaded before they are added, in increasing position.
-      float a = 0.0f;
-      const float* vcol = vbase + j0 * kv_stride + d;
-      for (int64_t i0 = 0; i0 < n; i0 += kValuesAhead) {
-        float vv[kValuesAhead];
+      if (part == 1) {
 #pragma unroll
-        for (int u = 0; u < kValuesAhead; ++u)
-          vv[u] = i0 + u < n ? vcol[(i0 + u) * kv_stride] : 0.0f;
-#pragma unroll
-        for (int u = 0; u < kValuesAhead; ++u)
-          if (i0 + u < n) a += p[i0 + u] * vv[u];
+        for (int i = 0; i < kChunk; ++i) vv[i] = i < n ? vbase[(j0 + i) * kv_stride + d] : 0.0f;
       }
+      float a = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i)
+        if (i < n) a = fmaf(p[i], vv[i], a);
       acc[part] = acc[part] * alpha + a;
     }
     m = m_new;
@@ -100,6 +133,7 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
 // out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), splits in increasing s.
 __global__ void attention_combine_kernel(const float* __restrict__ partial, int64_t head_dim,
                                          float* __restrict__ out) {
+  pdl_entry();
   const int64_t t = blockIdx.x;
   const float* pt = partial + t * kSplits * (head_dim + 2);
   float big = -__int_as_float(0x7f800000);
@@ -135,12 +169,11 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
                 std::to_string(head_dim) + ".");
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   const dim3 grid(static_cast<unsigned>(rows * n_heads), kSplits);
-  attention_split_kernel<<<grid, kThreads, 0, stream>>>(q, positions, cache_row0, k_cache, v_cache,
-                                                        n_heads, n_kv_heads, head_dim, window,
-                                                        scale, partial);
+  launch(attention_split_kernel, grid, kThreads, 0, stream, q, positions, cache_row0, k_cache,
+         v_cache, n_heads, n_kv_heads, head_dim, window, scale, partial);
   check_launch("attention");
-  attention_combine_kernel<<<static_cast<unsigned>(rows * n_heads), kThreads, 0, stream>>>(
-      partial, head_dim, out);
+  launch(attention_combine_kernel, static_cast<unsigned>(rows * n_heads), kThreads, 0, stream,
+         partial, head_dim, out);
   check_launch("attention combine");
 }
 

@@ -16,6 +16,7 @@ __global__ void conv1d_kernel(const float* __restrict__ x, int64_t len, const fl
                               const float* __restrict__ bias, int64_t out_ch, int64_t in_per_group,
                               int64_t out_per_group, int64_t kernel, int64_t stride,
                               int64_t dilation, float* __restrict__ y, int64_t out_len) {
+  pdl_entry();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= out_ch * out_len) return;
   const int64_t o = e / out_len, t = e % out_len, g = o / out_per_group;
@@ -46,6 +47,7 @@ __global__ void conv_transpose1d_kernel(const float* __restrict__ x, int64_t len
                                         int64_t out_ch, int64_t in_per_group, int64_t out_per_group,
                                         int64_t kernel, int64_t stride, float* __restrict__ y,
                                         int64_t out_len) {
+  pdl_entry();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= out_ch * out_len) return;
   const int64_t o = e / out_len, u = e % out_len, g = o / out_per_group, ol = o % out_per_group;
@@ -74,6 +76,7 @@ __global__ void conv_transpose1d_kernel(const float* __restrict__ x, int64_t len
 }
 
 __global__ void elu_kernel(const float* x, int64_t n, float alpha, float* y) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
@@ -81,6 +84,7 @@ __global__ void elu_kernel(const float* x, int64_t n, float alpha, float* y) {
 }
 
 __global__ void gelu_kernel(const float* x, int64_t n, float* y) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float v = x[i];
@@ -90,6 +94,7 @@ __global__ void gelu_kernel(const float* x, int64_t n, float* y) {
 // One block per row.
 __global__ void layer_norm_kernel(const float* x, const float* __restrict__ w,
                                   const float* __restrict__ b, int64_t dim, float eps, float* y) {
+  pdl_entry();
   __shared__ double scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
@@ -108,6 +113,7 @@ __global__ void layer_norm_kernel(const float* x, const float* __restrict__ w,
 
 __global__ void scale_rows_kernel(const float* x, const float* __restrict__ scale, int64_t rows,
                                   int64_t dim, float* y) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < rows * dim) y[i] = x[i] * scale[i % dim];
 }
@@ -115,6 +121,7 @@ __global__ void scale_rows_kernel(const float* x, const float* __restrict__ scal
 __global__ void vq_decode_kernel(const float* __restrict__ codebook, int64_t dim,
                                  const int32_t* __restrict__ codes, int64_t n,
                                  float* __restrict__ out) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n * dim) out[i] = codebook[static_cast<int64_t>(codes[i / dim]) * dim + i % dim];
 }
@@ -126,6 +133,7 @@ __global__ void vq_encode_slice_kernel(const float* __restrict__ codebook, int64
                                        int64_t dim, const float* __restrict__ x,
                                        float* __restrict__ best_dist,
                                        int32_t* __restrict__ best_index) {
+  pdl_entry();
   __shared__ float dist_s[kThreads];
   __shared__ int32_t index_s[kThreads];
   const float* xt = x + static_cast<int64_t>(blockIdx.x) * dim;
@@ -166,6 +174,7 @@ __global__ void vq_encode_slice_kernel(const float* __restrict__ codebook, int64
 __global__ void vq_encode_merge_kernel(const float* __restrict__ best_dist,
                                        const int32_t* __restrict__ best_index, int64_t n,
                                        int64_t slices, int32_t* __restrict__ codes) {
+  pdl_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= n) return;
   float dist = __int_as_float(0x7f800000);
@@ -191,20 +200,20 @@ void launch_conv1d(const float* x, int64_t in_ch, int64_t len, const float* w, c
   const int64_t ipg = in_ch / groups, opg = out_ch / groups;
   switch (kernel) {
     case 1:
-      conv1d_kernel<1><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
-                                                      stride, dilation, y, out_len);
+      launch(conv1d_kernel<1>, grid, kThreads, 0, stream, x, len, w, bias, out_ch, ipg, opg, kernel,
+             stride, dilation, y, out_len);
       break;
     case 3:
-      conv1d_kernel<3><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
-                                                      stride, dilation, y, out_len);
+      launch(conv1d_kernel<3>, grid, kThreads, 0, stream, x, len, w, bias, out_ch, ipg, opg, kernel,
+             stride, dilation, y, out_len);
       break;
     case 7:
-      conv1d_kernel<7><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
-                                                      stride, dilation, y, out_len);
+      launch(conv1d_kernel<7>, grid, kThreads, 0, stream, x, len, w, bias, out_ch, ipg, opg, kernel,
+             stride, dilation, y, out_len);
       break;
     default:
-      conv1d_kernel<0><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg, kernel,
-                                                      stride, dilation, y, out_len);
+      launch(conv1d_kernel<0>, grid, kThreads, 0, stream, x, len, w, bias, out_ch, ipg, opg, kernel,
+             stride, dilation, y, out_len);
   }
   check_launch("conv1d");
 }
@@ -218,46 +227,46 @@ void launch_conv_transpose1d(const float* x, int64_t in_ch, int64_t len, const f
   const unsigned grid = blocks_for(n, kThreads);
   const int64_t ipg = in_ch / groups, opg = out_ch / groups;
   if ((kernel + stride - 1) / stride <= 2)
-    conv_transpose1d_kernel<2><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg,
-                                                              kernel, stride, y, out_len);
+    launch(conv_transpose1d_kernel<2>, grid, kThreads, 0, stream, x, len, w, bias, out_ch, ipg, opg,
+           kernel, stride, y, out_len);
   else
-    conv_transpose1d_kernel<0><<<grid, kThreads, 0, stream>>>(x, len, w, bias, out_ch, ipg, opg,
-                                                              kernel, stride, y, out_len);
+    launch(conv_transpose1d_kernel<0>, grid, kThreads, 0, stream, x, len, w, bias, out_ch, ipg, opg,
+           kernel, stride, y, out_len);
   check_launch("conv_transpose1d");
 }
 
 void launch_elu(const float* x, int64_t n, float alpha, float* y, cudaStream_t stream) {
   if (n <= 0) return;
-  elu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, alpha, y);
+  launch(elu_kernel, blocks_for(n, kThreads), kThreads, 0, stream, x, n, alpha, y);
   check_launch("elu");
 }
 
 void launch_gelu(const float* x, int64_t n, float* y, cudaStream_t stream) {
   if (n <= 0) return;
-  gelu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  launch(gelu_kernel, blocks_for(n, kThreads), kThreads, 0, stream, x, n, y);
   check_launch("gelu");
 }
 
 void launch_layer_norm(const float* x, const float* w, const float* b, int64_t rows, int64_t dim,
                        float eps, float* y, cudaStream_t stream) {
   if (rows <= 0) return;
-  layer_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, w, b, dim, eps, y);
+  launch(layer_norm_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, w, b, dim, eps, y);
   check_launch("layer_norm");
 }
 
 void launch_scale_rows(const float* x, const float* scale, int64_t rows, int64_t dim, float* y,
                        cudaStream_t stream) {
   if (rows * dim <= 0) return;
-  scale_rows_kernel<<<blocks_for(rows * dim, kThreads), kThreads, 0, stream>>>(x, scale, rows, dim,
-                                                                               y);
+  launch(scale_rows_kernel, blocks_for(rows * dim, kThreads), kThreads, 0, stream, x, scale, rows,
+         dim, y);
   check_launch("scale_rows");
 }
 
 void launch_vq_decode(const float* codebook, int64_t dim, const int32_t* codes, int64_t n,
                       float* out, cudaStream_t stream) {
   if (n * dim <= 0) return;
-  vq_decode_kernel<<<blocks_for(n * dim, kThreads), kThreads, 0, stream>>>(codebook, dim, codes, n,
-                                                                           out);
+  launch(vq_decode_kernel, blocks_for(n * dim, kThreads), kThreads, 0, stream, codebook, dim, codes,
+         n, out);
   check_launch("vq_decode");
 }
 
@@ -272,11 +281,11 @@ void launch_vq_encode(const float* codebook, int64_t size, int64_t dim, const fl
   float* best_dist = static_cast<float*>(workspace);
   int32_t* best_index = reinterpret_cast<int32_t*>(best_dist + n * slices);
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(slices));
-  vq_encode_slice_kernel<<<grid, kThreads, 0, stream>>>(codebook, size, dim, x, best_dist,
-                                                        best_index);
+  launch(vq_encode_slice_kernel, grid, kThreads, 0, stream, codebook, size, dim, x, best_dist,
+         best_index);
   check_launch("vq_encode");
-  vq_encode_merge_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(best_dist, best_index, n,
-                                                                           slices, codes);
+  launch(vq_encode_merge_kernel, blocks_for(n, kThreads), kThreads, 0, stream, best_dist,
+         best_index, n, slices, codes);
   check_launch("vq_encode merge");
 }
 

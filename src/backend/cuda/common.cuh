@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace drama::cuda {
 
@@ -20,6 +21,40 @@ bool timing_kernels();
 // after three untimed warm-up launches (for the benches' graph measurements). Takes `exec`: it is
 // destroyed before the call returns or throws.
 double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int replays);
+
+// Programmatic dependent launch (Hopper): while on, every kernel of the backend is launched with
+// programmatic stream serialization allowed, and every such kernel starts with pdl_entry(): it
+// waits (griddepcontrol.wait) until the kernel before it on the stream has completed and its
+// memory is visible, then lets the next kernel launch (griddepcontrol.launch_dependents). So the
+// next kernel's launch and block scheduling overlap this one's run, and no kernel reads anything
+// before its predecessor is done: the results are those of plain stream order. On unless
+// DRAMA_CUDA_PDL=0; set_programmatic_launch (grouped_experts.h) switches it for the bench.
+bool programmatic_launch();
+void set_programmatic_launch_flag(bool on);
+
+__device__ __forceinline__ void pdl_entry() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), with the programmatic launch attribute while
+// programmatic_launch() is on.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
+            Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
+  // A launch error is read by the check_launch that follows every launch.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>((n + threads - 1) / threads);

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.cuh"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -88,6 +89,21 @@ void arm_timer() {
 }
 
 }  // namespace
+
+namespace {
+bool pdl_from_environment() {
+  const char* v = std::getenv("DRAMA_CUDA_PDL");
+  return !(v && std::string(v) == "0");
+}
+std::atomic<bool> g_pdl{pdl_from_environment()};
+}  // namespace
+
+bool programmatic_launch() {
+  return g_pdl.load(std::memory_order_relaxed);
+}
+void set_programmatic_launch_flag(bool on) {
+  g_pdl.store(on, std::memory_order_relaxed);
+}
 
 bool timing_kernels() {
   return g_timer.on;
@@ -338,6 +354,17 @@ double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays) {
   if (graph) (void)cudaGraphDestroy(graph);
   check(made, "the empty-kernel chain's graph");
   return median_replay_seconds(exec, stream, replays);
+}
+
+bool set_programmatic_launch(Backend& backend, bool on) {
+  CudaBackend& cuda = cuda_of(backend);
+  cuda.synchronize();
+  const bool before = programmatic_launch();
+  if (before != on) {
+    set_programmatic_launch_flag(on);
+    cuda.forget_captured();  // graphs captured the launches as they were
+  }
+  return before;
 }
 
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {

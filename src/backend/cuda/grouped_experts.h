@@ -36,6 +36,11 @@ int64_t captured_graph_nodes(Backend& backend, const std::string& key);
 // with no work in them, the floor of a captured step of as many launches. Median of `replays`.
 double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays);
 
+// Turns programmatic dependent launch (common.cuh) on or off for every CUDA backend of the
+// process, drops `backend`'s captured graphs, and returns the previous setting. Throws
+// drama::Error when `backend` is not the CUDA backend.
+bool set_programmatic_launch(Backend& backend, bool on);
+
 // Each kernel `work` launches on `backend` (not captured; launched as it comes), timed alone with
 // device events in launch order: a spinning kernel holds the stream while the host queues the
 // next launch, so a time is that kernel's own execution, without launch latency or the gaps

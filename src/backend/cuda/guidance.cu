@@ -10,6 +10,7 @@ namespace {
 __global__ void guidance_rows_kernel(const float* __restrict__ logits, int64_t vocab,
                                      const GuidanceRow* __restrict__ rows, int64_t n,
                                      float* __restrict__ out) {
+  pdl_entry();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= n * vocab) return;
   const int64_t i = e / vocab, v = e % vocab;
@@ -28,7 +29,8 @@ __global__ void guidance_rows_kernel(const float* __restrict__ logits, int64_t v
 void launch_guidance_rows(const float* logits, int64_t vocab, const GuidanceRow* rows, int64_t n,
                           float* out, cudaStream_t stream) {
   if (n * vocab <= 0) return;
-  guidance_rows_kernel<<<blocks_for(n * vocab, 256), 256, 0, stream>>>(logits, vocab, rows, n, out);
+  launch(guidance_rows_kernel, blocks_for(n * vocab, 256), 256, 0, stream, logits, vocab, rows, n,
+         out);
   check_launch("guidance_combine");
 }
 

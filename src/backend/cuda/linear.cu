@@ -10,15 +10,30 @@ namespace drama::cuda {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;  // output columns per block
+// Output columns per block (one warp each): 8, or fewer where 8 would leave the grid under two
+// blocks per SM (small products: the k and v projections, the router). Only the placement of the
+// warps changes; every column's arithmetic is its warp's alone.
+int warps_per_block(int64_t out) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      count = 132;
+    return count;
+  }();
+  for (int w = 8; w > 2; w /= 2)
+    if ((out + w - 1) / w >= 2 * sms) return w;
+  return 2;
+}
 
 // One warp per output column o; rows in tiles of kRowTile (linear_dot.cuh).
 template <WeightFormat Format>
 __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __restrict__ scales,
                               float scale2, const float* __restrict__ x, int64_t rows, int64_t in,
                               int64_t out, bool vec_x, float* __restrict__ y) {
+  pdl_entry();
   const int lane = threadIdx.x % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (o >= out) return;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int nr = static_cast<int>(rows - r0 < kRowTile ? rows - r0 : kRowTile);
@@ -42,6 +57,7 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
 __global__ void dequantize_kernel(WeightFormat format, const void* data, const uint8_t* scales,
                                   float scale2, int64_t in, int64_t row0, int64_t count,
                                   float* out) {
+  pdl_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= count) return;
   const int64_t o = row0 + t / in, i = t % in;
@@ -60,15 +76,16 @@ __global__ void dequantize_kernel(WeightFormat format, const void* data, const u
 void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
                    cudaStream_t stream) {
   if (rows <= 0 || w.out <= 0) return;
-  const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
-  const unsigned threads = 32 * kWarpsPerBlock;
+  const int warps = warps_per_block(w.out);
+  const unsigned grid = blocks_for(w.out, warps);
+  const unsigned threads = 32 * warps;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.in % 4 == 0;
   if (w.format == WeightFormat::NVFP4)
-    linear_kernel<WeightFormat::NVFP4>
-        <<<grid, threads, 0, stream>>>(w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x, y);
+    launch(linear_kernel<WeightFormat::NVFP4>, grid, threads, 0, stream, w.data, w.scales, w.scale2,
+           x, rows, w.in, w.out, vec_x, y);
   else
-    linear_kernel<WeightFormat::BF16>
-        <<<grid, threads, 0, stream>>>(w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x, y);
+    launch(linear_kernel<WeightFormat::BF16>, grid, threads, 0, stream, w.data, w.scales, w.scale2,
+           x, rows, w.in, w.out, vec_x, y);
   if (timing_kernels()) {
     const std::string name =
         std::string("linear ") + (w.format == WeightFormat::NVFP4 ? "nvfp4 " : "bf16 ") +
@@ -83,8 +100,8 @@ void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float
                        cudaStream_t stream) {
   const int64_t count = nrows * w.in;
   if (count <= 0) return;
-  dequantize_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(w.format, w.data, w.scales,
-                                                                w.scale2, w.in, row0, count, out);
+  launch(dequantize_kernel, blocks_for(count, 256), 256, 0, stream, w.format, w.data, w.scales,
+         w.scale2, w.in, row0, count, out);
   check_launch("dequantize");
 }
 

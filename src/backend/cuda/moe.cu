@@ -20,17 +20,22 @@ constexpr int kMaxTopk = 64;
 // exp terms are computed in parallel but summed by one thread in increasing original id (so a
 // pruned layer gives bitwise the probabilities of the unpruned one with -inf logits: adding +0
 // changes nothing); top-k is the total order (higher probability, then lower original id): an
-// expert's rank is the number of experts that beat it, so each thread ranks its own experts and
+// expert's rank is the number of experts that beat it, so each expert is ranked on its own and
 // the k best land in rank order, the same experts in the same order as k rounds of an arg-max. A
 // row holding NaN has no total order; it gets the first k stored experts (k distinct valid indices,
 // weights NaN: the frame's non-finite flag reports it).
-constexpr int kRouteThreads = 128;
+// The counts behind both ranks are split over kRouteLanes threads per expert (integer sums: any
+// order gives the same count), so the block's longest loop is n_stored / kRouteLanes steps.
+constexpr int kRouteThreads = 1024;
+constexpr int kRouteLanes = 8;
+constexpr int kRouteGroups = kRouteThreads / kRouteLanes;
 
 __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logit_stride,
                                   const int32_t* __restrict__ logit_column,
                                   const int32_t* __restrict__ original_id, int64_t n_stored,
                                   int64_t k, bool norm_topk, int32_t* __restrict__ expert_index,
                                   float* __restrict__ weight) {
+  pdl_entry();
   extern __shared__ float shared[];
   float* prob = shared;                                         // [n_stored] by stored index
   float* by_id = prob + n_stored;                               // [n_stored] exp terms by id rank
@@ -50,14 +55,24 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
     max = fmaxf(max, prob[s]);
   }
   max = block_max(max, max_part);  // synchronizes: oid and the logits are in shared memory
-  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    const int32_t me = oid[s];
-    int64_t rank = 0;
-#pragma unroll 8
-    for (int64_t t = 0; t < n_stored; ++t) rank += oid[t] < me;
-    const float e = expf(prob[s] - max);
-    prob[s] = e;
-    by_id[rank] = e;
+  const int group = static_cast<int>(threadIdx.x) / kRouteLanes;
+  const int sub = static_cast<int>(threadIdx.x) % kRouteLanes;
+  // (The loop bounds are the same for the kRouteLanes threads of a group: the shuffles see them
+  // all. n_stored rounded up to whole rounds of the groups keeps every group in every round.)
+  const int64_t rounds = (n_stored + kRouteGroups - 1) / kRouteGroups * kRouteGroups;
+  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+    const bool valid = s0 < n_stored;
+    const int32_t me = valid ? oid[s0] : 0;
+    int rank = 0;
+    if (valid)
+      for (int64_t t = sub; t < n_stored; t += kRouteLanes) rank += oid[t] < me;
+    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+      rank += __shfl_xor_sync(0xffffffffu, rank, w, kRouteLanes);
+    if (valid && sub == 0) {
+      const float e = expf(prob[s0] - max);
+      prob[s0] = e;
+      by_id[rank] = e;
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -76,17 +91,22 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
   __syncthreads();
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) prob[s] /= total;
   __syncthreads();
-  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    const float p = prob[s];
-    const int32_t me = oid[s];
-    int64_t beaten_by = 0;
-#pragma unroll 8
-    for (int64_t t = 0; t < n_stored; ++t) {
-      const float pt = prob[t];
-      beaten_by += pt > p || (pt == p && oid[t] < me);
+  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+    const bool valid = s0 < n_stored;
+    const float p = valid ? prob[s0] : 0.0f;
+    const int32_t me = valid ? oid[s0] : 0;
+    int beaten_by = 0;
+    if (valid)
+      for (int64_t t = sub; t < n_stored; t += kRouteLanes) {
+        const float pt = prob[t];
+        beaten_by += pt > p || (pt == p && oid[t] < me);
+      }
+    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+      beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, w, kRouteLanes);
+    if (valid && sub == 0) {
+      if (p != p) unordered = 1;
+      if (beaten_by < k) chosen[beaten_by] = static_cast<int32_t>(s0);
     }
-    if (p != p) unordered = 1;
-    if (beaten_by < k) chosen[beaten_by] = static_cast<int32_t>(s);
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -105,6 +125,7 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
 __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
                                       const float* __restrict__ weight, int64_t rows, int64_t k,
                                       int64_t dim, float* y) {
+  pdl_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * dim) return;
   const int64_t r = t / dim, d = t % dim;
@@ -137,6 +158,7 @@ __host__ __device__ inline MoeLayout moe_layout(float* workspace, int64_t pairs,
 // pairs are written in increasing pair order (row, then rank).
 __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
                                  int64_t n_stored, float* workspace) {
+  pdl_entry();
   extern __shared__ int32_t count[];  // [n_stored + 1]: counts, then starts
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
@@ -211,6 +233,7 @@ template <WeightFormat Format>
 __global__ void moe_gate_up_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
                                    int64_t hidden, int64_t inter, const float* __restrict__ x,
                                    int64_t pairs, int64_t k, bool vec_x, float* workspace) {
+  pdl_entry();
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   const int slot = blockIdx.x;
   if (slot >= *m.n_active) return;
@@ -248,6 +271,7 @@ __global__ void moe_down_kernel(const DeviceExpert* __restrict__ experts, int64_
                                 int64_t hidden, int64_t inter, int64_t pairs, int64_t k,
                                 int64_t out_slots, bool vec_x, float* workspace,
                                 float* __restrict__ out) {
+  pdl_entry();
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   const int slot = blockIdx.x;
   if (slot >= *m.n_active) return;
@@ -409,6 +433,7 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
                         int64_t inter, const float* __restrict__ x, int64_t pairs, int64_t k,
                         int64_t out_slots, int tile_rows, bool vec_x, float* workspace,
                         float* __restrict__ out) {
+  pdl_entry();
   extern __shared__ __align__(16) uint8_t smem[];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   const int slot = blockIdx.x;
@@ -515,17 +540,16 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
     throw Error("CUDA route_topk: k = " + std::to_string(k) + " must be at most " +
                 std::to_string(kMaxTopk) + " and at most the stored experts.");
   const size_t shared = static_cast<size_t>(n_stored) * (2 * sizeof(float) + sizeof(int32_t));
-  route_topk_kernel<<<static_cast<unsigned>(rows), kRouteThreads, shared, stream>>>(
-      logits, logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index,
-      weight);
+  launch(route_topk_kernel, static_cast<unsigned>(rows), kRouteThreads, shared, stream, logits,
+         logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index, weight);
   check_launch("route_topk");
 }
 
 void launch_expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                            int64_t dim, float* y, cudaStream_t stream) {
   if (rows * dim <= 0) return;
-  expert_combine_kernel<<<blocks_for(rows * dim, 256), 256, 0, stream>>>(expert_out, weight, rows,
-                                                                         k, dim, y);
+  launch(expert_combine_kernel, blocks_for(rows * dim, 256), 256, 0, stream, expert_out, weight,
+         rows, k, dim, y);
   check_launch("expert_combine");
 }
 
@@ -541,8 +565,8 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
                         float* workspace, cudaStream_t stream, int version) {
   const int64_t pairs = rows * k;
   if (pairs <= 0) return;
-  moe_group_kernel<<<1, 256, static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream>>>(
-      expert_index, pairs, n_stored, workspace);
+  launch(moe_group_kernel, 1, 256, static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream,
+         expert_index, pairs, n_stored, workspace);
   check_launch("moe_experts grouping");
   const unsigned slots = static_cast<unsigned>(pairs < n_stored ? pairs : n_stored);
   const unsigned threads = 32 * kExpertWarps;
@@ -562,14 +586,13 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
       auto* down = moe_nvfp4_v2_kernel<1, kDownCols, kDownStages>;
       allow_shared(up, up_bytes, up_allowed);
       allow_shared(down, down_bytes, down_allowed);
-      up<<<dim3(slots, blocks_for(inter, kUpCols)), kV2Threads, static_cast<size_t>(up_bytes),
-           stream>>>(experts, n_stored, hidden, inter, x, pairs, k, out_slots, tile_rows, vec_x,
-                     workspace, out);
+      launch(up, dim3(slots, blocks_for(inter, kUpCols)), kV2Threads, static_cast<size_t>(up_bytes),
+             stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, tile_rows, vec_x,
+             workspace, out);
       check_launch("moe_experts gate/up (v2)");
-      down<<<dim3(slots, blocks_for(hidden, kDownCols)), kV2Threads,
-             static_cast<size_t>(down_bytes), stream>>>(experts, n_stored, hidden, inter, x, pairs,
-                                                        k, out_slots, tile_rows, vec_act, workspace,
-                                                        out);
+      launch(down, dim3(slots, blocks_for(hidden, kDownCols)), kV2Threads,
+             static_cast<size_t>(down_bytes), stream, experts, n_stored, hidden, inter, x, pairs, k,
+             out_slots, tile_rows, vec_act, workspace, out);
       check_launch("moe_experts down (v2)");
       return;
     }
@@ -577,17 +600,17 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   const dim3 grid_up(slots, blocks_for(inter, kExpertWarps)),
       grid_down(slots, blocks_for(hidden, kExpertWarps));
   if (format == WeightFormat::NVFP4) {
-    moe_gate_up_kernel<WeightFormat::NVFP4><<<grid_up, threads, 0, stream>>>(
-        experts, n_stored, hidden, inter, x, pairs, k, vec_x, workspace);
+    launch(moe_gate_up_kernel<WeightFormat::NVFP4>, grid_up, threads, 0, stream, experts, n_stored,
+           hidden, inter, x, pairs, k, vec_x, workspace);
     check_launch("moe_experts gate/up");
-    moe_down_kernel<WeightFormat::NVFP4><<<grid_down, threads, 0, stream>>>(
-        experts, n_stored, hidden, inter, pairs, k, out_slots, vec_act, workspace, out);
+    launch(moe_down_kernel<WeightFormat::NVFP4>, grid_down, threads, 0, stream, experts, n_stored,
+           hidden, inter, pairs, k, out_slots, vec_act, workspace, out);
   } else {
-    moe_gate_up_kernel<WeightFormat::BF16><<<grid_up, threads, 0, stream>>>(
-        experts, n_stored, hidden, inter, x, pairs, k, vec_x, workspace);
+    launch(moe_gate_up_kernel<WeightFormat::BF16>, grid_up, threads, 0, stream, experts, n_stored,
+           hidden, inter, x, pairs, k, vec_x, workspace);
     check_launch("moe_experts gate/up");
-    moe_down_kernel<WeightFormat::BF16><<<grid_down, threads, 0, stream>>>(
-        experts, n_stored, hidden, inter, pairs, k, out_slots, vec_act, workspace, out);
+    launch(moe_down_kernel<WeightFormat::BF16>, grid_down, threads, 0, stream, experts, n_stored,
+           hidden, inter, pairs, k, out_slots, vec_act, workspace, out);
   }
   check_launch("moe_experts down");
 }

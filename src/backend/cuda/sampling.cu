@@ -54,6 +54,7 @@ __device__ int32_t block_first(const float* s, const uint8_t* taken, int64_t voc
 __global__ void sample_rows_kernel(const float* __restrict__ logits, int64_t vocab,
                                    const SampleRow* __restrict__ rows, int64_t codebook,
                                    int32_t* ids, int32_t* flags, int64_t stride, int sort_size) {
+  pdl_entry();
   extern __shared__ float shared[];
   float* s = shared;                                       // [vocab] scores
   int32_t* order = reinterpret_cast<int32_t*>(s + vocab);  // [max(kSortRounds, sort_size)]
@@ -164,6 +165,7 @@ constexpr int kWideSlices = 128;
 __global__ void sample_wide_slice_kernel(const float* __restrict__ logits, int64_t vocab,
                                          float* __restrict__ part_value,
                                          int32_t* __restrict__ part_index) {
+  pdl_entry();
   __shared__ float sv[32];
   __shared__ int32_t si[32];
   __shared__ int any_bad;
@@ -213,6 +215,7 @@ __global__ void sample_wide_merge_kernel(const float* __restrict__ part_value,
                                          const int32_t* __restrict__ part_index, int64_t n,
                                          const SampleRow* __restrict__ rows, int64_t codebook,
                                          int32_t* ids, int32_t* flags, int64_t stride) {
+  pdl_entry();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= n) return;
   bool bad = false;
@@ -250,11 +253,11 @@ void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* row
     // a vocabulary gets id 0).
     float* part_value = static_cast<float*>(workspace);
     int32_t* part_index = reinterpret_cast<int32_t*>(part_value + n * kWideSlices);
-    sample_wide_slice_kernel<<<dim3(static_cast<unsigned>(n), kWideSlices), kThreads, 0, stream>>>(
-        logits, vocab, part_value, part_index);
+    launch(sample_wide_slice_kernel, dim3(static_cast<unsigned>(n), kWideSlices), kThreads, 0,
+           stream, logits, vocab, part_value, part_index);
     check_launch("sample_rows");
-    sample_wide_merge_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-        part_value, part_index, n, rows, codebook, ids, flags, stride);
+    launch(sample_wide_merge_kernel, blocks_for(n, kThreads), kThreads, 0, stream, part_value,
+           part_index, n, rows, codebook, ids, flags, stride);
     check_launch("sample_rows");
     return;
   }
@@ -268,8 +271,8 @@ void launch_sample_rows(const float* logits, int64_t vocab, const SampleRow* row
     check(cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(shared)),
           "cudaFuncSetAttribute");
-  sample_rows_kernel<<<static_cast<unsigned>(n), kThreads, shared, stream>>>(
-      logits, vocab, rows, codebook, ids, flags, stride, sort_size);
+  launch(sample_rows_kernel, static_cast<unsigned>(n), kThreads, shared, stream, logits, vocab,
+         rows, codebook, ids, flags, stride, sort_size);
   check_launch("sample_rows");
 }
 

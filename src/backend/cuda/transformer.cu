@@ -12,6 +12,7 @@ constexpr int kThreads = 256;
 __global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim,
                                  const int32_t* __restrict__ ids, int64_t rows, int64_t ids_per_row,
                                  float* __restrict__ out) {
+  pdl_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * dim) return;
   const int64_t r = t / dim, d = t % dim;
@@ -28,6 +29,7 @@ __global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim
 template <int PerThread>
 __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, int64_t dim,
                                 float eps, float* y) {
+  pdl_entry();
   __shared__ double scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
@@ -68,6 +70,7 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
 // float32 to the pair (i, i + half).
 __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                             const int32_t* __restrict__ positions, double theta) {
+  pdl_entry();
   const int64_t half = head_dim / 2;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * heads * half) return;
@@ -82,6 +85,7 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i];
@@ -89,11 +93,13 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
 }
 
 __global__ void add_kernel(const float* x, int64_t n, float* y) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] += x[i];
 }
 
 __global__ void sigmoid_kernel(const float* x, int64_t n, float* y) {
+  pdl_entry();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = 1.0f / (1.0f + expf(-x[i]));
 }
@@ -102,15 +108,15 @@ __global__ void sigmoid_kernel(const float* x, int64_t n, float* y) {
 
 void launch_sigmoid(const float* x, int64_t n, float* y, cudaStream_t stream) {
   if (n <= 0) return;
-  sigmoid_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  launch(sigmoid_kernel, blocks_for(n, kThreads), kThreads, 0, stream, x, n, y);
   check_launch("sigmoid");
 }
 
 void launch_embed_sum(const uint16_t* table, int64_t dim, const int32_t* ids, int64_t rows,
                       int64_t ids_per_row, float* out, cudaStream_t stream) {
   if (rows * dim <= 0) return;
-  embed_sum_kernel<<<blocks_for(rows * dim, kThreads), kThreads, 0, stream>>>(table, dim, ids, rows,
-                                                                              ids_per_row, out);
+  launch(embed_sum_kernel, blocks_for(rows * dim, kThreads), kThreads, 0, stream, table, dim, ids,
+         rows, ids_per_row, out);
   check_launch("embed_sum");
 }
 
@@ -119,11 +125,11 @@ void launch_rms_norm(const float* x, const uint16_t* w, int64_t rows, int64_t di
   if (rows <= 0) return;
   const unsigned grid = static_cast<unsigned>(rows);
   if (dim <= 8 * kThreads)
-    rms_norm_kernel<8><<<grid, kThreads, 0, stream>>>(x, w, dim, eps, y);
+    launch(rms_norm_kernel<8>, grid, kThreads, 0, stream, x, w, dim, eps, y);
   else if (dim <= 16 * kThreads)
-    rms_norm_kernel<16><<<grid, kThreads, 0, stream>>>(x, w, dim, eps, y);
+    launch(rms_norm_kernel<16>, grid, kThreads, 0, stream, x, w, dim, eps, y);
   else
-    rms_norm_kernel<0><<<grid, kThreads, 0, stream>>>(x, w, dim, eps, y);
+    launch(rms_norm_kernel<0>, grid, kThreads, 0, stream, x, w, dim, eps, y);
   check_launch("rms_norm");
 }
 
@@ -131,20 +137,20 @@ void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const 
                  float theta, cudaStream_t stream) {
   const int64_t n = rows * heads * (head_dim / 2);
   if (n <= 0) return;
-  rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, rows, heads, head_dim, positions,
-                                                                static_cast<double>(theta));
+  launch(rope_kernel, blocks_for(n, kThreads), kThreads, 0, stream, x, rows, heads, head_dim,
+         positions, static_cast<double>(theta));
   check_launch("rope");
 }
 
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n <= 0) return;
-  swiglu_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(gate, up, n, out);
+  launch(swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, stream, gate, up, n, out);
   check_launch("swiglu");
 }
 
 void launch_add(const float* x, int64_t n, float* y, cudaStream_t stream) {
   if (n <= 0) return;
-  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  launch(add_kernel, blocks_for(n, kThreads), kThreads, 0, stream, x, n, y);
   check_launch("add");
 }
 
