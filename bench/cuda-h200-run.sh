@@ -193,5 +193,5 @@ PY
   head -5 "$tmp/serve.log"
   fi
 } 2>&1 | tee "$out/log.txt"
-python3 "$here/strip-paths.py" "$out"/*.json
+python3 "$here/strip-paths.py" "$out"/*.json || echo "strip-paths.py: a receipt still names a path (above)" | tee -a "$out/log.txt"
 (cd "$out" && tar -cf receipts.tar ./*.json && rm -f ./*.json)

@@ -169,7 +169,7 @@ receipt = {
     "bench": "thread-scaling",
     "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     "cpu_model": cpu_model, "cores": int(cores),
-    "drama": drama, "provenance": next(iter(runs.values()))[0].get("provenance") if runs else None,
+    "drama": os.path.basename(drama), "provenance": next(iter(runs.values()))[0].get("provenance") if runs else None,
     "checkpoint": "make-checkpoint --config configs/cpu-bench.json --seed 1 --nvfp4",
     "settings": {"cfg": "paired", "frames": int(frames), "repeats": int(repeats),
                  "rounds": int(rounds), "threads": list(map(int, threads.split())),

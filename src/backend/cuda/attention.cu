@@ -16,6 +16,26 @@ constexpr int kMaxHeadDim = 2 * kThreads;
 constexpr int kDimsPerLane = kMaxHeadDim / 32;
 constexpr int kSplits = 16;  // blocks per (row, head): a fixed split, whatever the batch
 
+// out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), splits in increasing s, by the
+// block of the split that finished last (its loads through L2: the other splits wrote them).
+__device__ void merge_splits(const float* pt, int64_t head_dim, float* out) {
+  float big = -__int_as_float(0x7f800000);
+  for (int s = 0; s < kSplits; ++s) big = fmaxf(big, __ldcg(pt + s * (head_dim + 2)));
+  float l = 0.0f;
+  float w[kSplits];
+  for (int s = 0; s < kSplits; ++s) {
+    const float ms = __ldcg(pt + s * (head_dim + 2));
+    w[s] = ms == -__int_as_float(0x7f800000) ? 0.0f : expf(ms - big);
+    l += __ldcg(pt + s * (head_dim + 2) + 1) * w[s];
+  }
+  const float inv = 1.0f / l;
+  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < kSplits; ++s) o += __ldcg(pt + s * (head_dim + 2) + 2 + d) * w[s];
+    out[d] = o * inv;
+  }
+}
+
 // Split s of (row, head) t takes the chunks c = s, s + kSplits, ... of kChunk positions of the
 // row's span (from its window's first position), in increasing c, with a running maximum m,
 // exp-sum l and value sums acc. Per chunk:
@@ -35,7 +55,8 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
                                        const float* __restrict__ k_cache,
                                        const float* __restrict__ v_cache, int64_t n_heads,
                                        int64_t n_kv_heads, int64_t head_dim, int64_t window,
-                                       float scale, float* __restrict__ partial) {
+                                       float scale, float* __restrict__ partial,
+                                       unsigned* __restrict__ counters, float* __restrict__ out) {
   pdl_entry();
   __shared__ float p[kChunk];
   __shared__ float scores[kChunk];
@@ -119,38 +140,26 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
     }
     m = m_new;
   }
-  float* out = partial + (t * kSplits + split) * (head_dim + 2);
+  float* mine = partial + (t * kSplits + split) * (head_dim + 2);
   if (threadIdx.x == 0) {
-    out[0] = m;
-    out[1] = l;
+    mine[0] = m;
+    mine[1] = l;
   }
   for (int part = 0; part < 2; ++part) {
     const int64_t d = threadIdx.x + part * kThreads;
-    if (d < head_dim) out[2 + d] = acc[part];
+    if (d < head_dim) mine[2 + d] = acc[part];
   }
-}
-
-// out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), splits in increasing s.
-__global__ void attention_combine_kernel(const float* __restrict__ partial, int64_t head_dim,
-                                         float* __restrict__ out) {
-  pdl_entry();
-  const int64_t t = blockIdx.x;
-  const float* pt = partial + t * kSplits * (head_dim + 2);
-  float big = -__int_as_float(0x7f800000);
-  for (int s = 0; s < kSplits; ++s) big = fmaxf(big, pt[s * (head_dim + 2)]);
-  float l = 0.0f;
-  float w[kSplits];
-  for (int s = 0; s < kSplits; ++s) {
-    const float ms = pt[s * (head_dim + 2)];
-    w[s] = ms == -__int_as_float(0x7f800000) ? 0.0f : expf(ms - big);
-    l += pt[s * (head_dim + 2) + 1] * w[s];
-  }
-  const float inv = 1.0f / l;
-  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < kSplits; ++s) o += pt[s * (head_dim + 2) + 2 + d] * w[s];
-    out[t * head_dim + d] = o * inv;
-  }
+  // The last of the kSplits blocks of (row, head) t merges them (whichever it is, it reads the
+  // same partials in the same order) and sets the counter back to 0 for the next call.
+  __shared__ bool merges;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) merges = atomicAdd(counters + t, 1u) == kSplits - 1;
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();
+  merge_splits(partial + t * kSplits * (head_dim + 2), head_dim, out + t * head_dim);
+  if (threadIdx.x == 0) counters[t] = 0;
 }
 
 }  // namespace
@@ -162,7 +171,7 @@ int64_t attention_partial_floats(int64_t rows, int64_t n_heads, int64_t head_dim
 void launch_attention(const float* q, int64_t rows, const int32_t* positions,
                       const int32_t* cache_row0, const float* k_cache, const float* v_cache,
                       int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, int64_t window,
-                      float* out, float* partial, cudaStream_t stream) {
+                      float* out, float* partial, unsigned* counters, cudaStream_t stream) {
   if (rows <= 0) return;
   if (head_dim > kMaxHeadDim)
     throw Error("CUDA attention supports head_dim up to " + std::to_string(kMaxHeadDim) + ", not " +
@@ -170,11 +179,8 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
   const float scale = 1.0f / sqrtf(static_cast<float>(head_dim));
   const dim3 grid(static_cast<unsigned>(rows * n_heads), kSplits);
   launch(attention_split_kernel, grid, kThreads, 0, stream, q, positions, cache_row0, k_cache,
-         v_cache, n_heads, n_kv_heads, head_dim, window, scale, partial);
+         v_cache, n_heads, n_kv_heads, head_dim, window, scale, partial, counters, out);
   check_launch("attention");
-  launch(attention_combine_kernel, static_cast<unsigned>(rows * n_heads), kThreads, 0, stream,
-         partial, head_dim, out);
-  check_launch("attention combine");
 }
 
 void CudaBackend::attention(const float* q, int64_t rows, const int32_t* positions,
@@ -183,8 +189,9 @@ void CudaBackend::attention(const float* q, int64_t rows, const int32_t* positio
                             float* out) {
   float* partial = static_cast<float*>(scratch(
       static_cast<size_t>(attention_partial_floats(rows, n_heads, head_dim)) * sizeof(float)));
+  unsigned* done = counters(static_cast<size_t>(rows * n_heads));
   launch_attention(q, rows, positions, cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim,
-                   window, out, partial, stream_);
+                   window, out, partial, done, stream_);
 }
 
 }  // namespace drama::cuda

@@ -203,6 +203,7 @@ CudaBackend::~CudaBackend() {
   forget_captured();
   resident_.clear();
   scratch_.reset();
+  counters_.reset();
   expert_tables_.clear();
   (void)cudaStreamDestroy(stream_);
 }
@@ -220,6 +221,18 @@ void* CudaBackend::scratch(size_t bytes) {
     scratch_ = std::make_unique<CudaBuffer>(bytes + bytes / 2);
   }
   return scratch_->data();
+}
+
+unsigned* CudaBackend::counters(size_t n) {
+  const size_t bytes = n * sizeof(unsigned);
+  if (!counters_ || counters_->bytes() < bytes) {
+    synchronize();
+    forget_captured();
+    ++scratch_generation_;
+    counters_ = std::make_unique<CudaBuffer>(bytes + bytes / 2);
+    check(cudaMemset(counters_->data(), 0, counters_->bytes()), "cudaMemset (counters)");
+  }
+  return static_cast<unsigned*>(counters_->data());
 }
 
 std::unique_ptr<DeviceBuffer> CudaBackend::alloc_impl(size_t bytes) {

@@ -27,6 +27,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   // Device scratch of at least `bytes`, valid until the next call that asks for scratch.
   void* scratch(size_t bytes);
+  // At least `n` zeroed counters that persist between calls (attention: each (row, head)'s last
+  // split merges, then sets its counter back to 0). Growing drops the captured graphs.
+  unsigned* counters(size_t n);
 
   std::string name() const override;
   bool supports(const std::string&) const override { return true; }  // every kernel
@@ -129,6 +132,7 @@ class CudaBackend final : public Backend {
   // Resident weights (freed with the backend) and the scratch area.
   std::vector<std::unique_ptr<DeviceBuffer>> resident_;
   std::unique_ptr<DeviceBuffer> scratch_;
+  std::unique_ptr<DeviceBuffer> counters_;
   // moe_experts(): device tables of expert pointers, by (host array, its first weight), each with
   // the weights it was made from. The key alone does not identify the experts: a caller that frees
   // its array and weights (tests/model/test_cuda_parity.cpp, once per shape) can get both addresses

@@ -10,21 +10,7 @@ namespace drama::cuda {
 
 namespace {
 
-// Output columns per block (one warp each): 8, or fewer where 8 would leave the grid under two
-// blocks per SM (small products: the k and v projections, the router). Only the placement of the
-// warps changes; every column's arithmetic is its warp's alone.
-int warps_per_block(int64_t out) {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      count = 132;
-    return count;
-  }();
-  for (int w = 8; w > 2; w /= 2)
-    if ((out + w - 1) / w >= 2 * sms) return w;
-  return 2;
-}
+constexpr int kWarpsPerBlock = 8;  // output columns per block
 
 // One warp per output column o; rows in tiles of kRowTile (linear_dot.cuh).
 template <WeightFormat Format>
@@ -33,7 +19,7 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
                               int64_t out, bool vec_x, float* __restrict__ y) {
   pdl_entry();
   const int lane = threadIdx.x % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (o >= out) return;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowTile) {
     const int nr = static_cast<int>(rows - r0 < kRowTile ? rows - r0 : kRowTile);
@@ -76,9 +62,8 @@ __global__ void dequantize_kernel(WeightFormat format, const void* data, const u
 void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
                    cudaStream_t stream) {
   if (rows <= 0 || w.out <= 0) return;
-  const int warps = warps_per_block(w.out);
-  const unsigned grid = blocks_for(w.out, warps);
-  const unsigned threads = 32 * warps;
+  const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
+  const unsigned threads = 32 * kWarpsPerBlock;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.in % 4 == 0;
   if (w.format == WeightFormat::NVFP4)
     launch(linear_kernel<WeightFormat::NVFP4>, grid, threads, 0, stream, w.data, w.scales, w.scale2,

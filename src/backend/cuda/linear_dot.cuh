@@ -16,11 +16,10 @@
 namespace drama::cuda {
 
 constexpr int kRowTile = 4;
-constexpr int kAhead = 4;      // NVFP4: loads a lane issues before their arithmetic
-constexpr int kAheadBf16 = 8;  // BF16: 16-byte loads a lane issues before their arithmetic
+constexpr int kAhead = 4;  // loads a lane issues before their arithmetic
 
 // BF16 [in] row against xs[0..nr): lane l owns chunks of 8 inputs c = l, l + 32, ... (in % 8 ==
-// 0: one 16-byte load per chunk, kAheadBf16 chunks loaded before their arithmetic) or single inputs
+// 0: one 16-byte load per chunk, kAhead chunks loaded before their arithmetic) or single inputs
 // i = l, l + 32, ... (otherwise); each product is added with one fused multiply-add. vec_x: every
 // xs[rr] starts on 16 bytes (float4 loads of x).
 __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, int64_t in,
@@ -29,14 +28,14 @@ __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, 
   const int lane = threadIdx.x % 32;
   if (in % 8 == 0) {
     const int64_t chunks = in / 8;
-    for (int64_t g0 = lane; g0 < chunks; g0 += 32 * kAheadBf16) {
-      uint4 packed[kAheadBf16];
+    for (int64_t g0 = lane; g0 < chunks; g0 += 32 * kAhead) {
+      uint4 packed[kAhead];
 #pragma unroll
-      for (int i = 0; i < kAheadBf16; ++i)
+      for (int i = 0; i < kAhead; ++i)
         if (g0 + 32 * i < chunks)
           packed[i] = __ldg(reinterpret_cast<const uint4*>(wr) + g0 + 32 * i);
 #pragma unroll
-      for (int i = 0; i < kAheadBf16; ++i) {
+      for (int i = 0; i < kAhead; ++i) {
         const int64_t c = g0 + 32 * i;
         if (c >= chunks) break;
         const uint32_t words[4] = {packed[i].x, packed[i].y, packed[i].z, packed[i].w};

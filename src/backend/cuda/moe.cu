@@ -437,11 +437,13 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
   extern __shared__ __align__(16) uint8_t smem[];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   const int slot = blockIdx.x;
+  // active[slot] is loaded beside n_active (slot < n_stored: in bounds, used only when active).
+  const int32_t active_s = m.active[slot];
   if (slot >= *m.n_active) return;  // the whole block
   const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * Cols;
   const int ncols = static_cast<int>(columns - o0 < Cols ? columns - o0 : Cols);
-  const int32_t s = m.active[slot];
+  const int32_t s = active_s;
   const DeviceExpert e = experts[s];
   const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
   const int64_t blocks = in / 16, xstride = blocks * kXPad, row_bytes = in / 2;
@@ -457,10 +459,8 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
   // further stage in its own group: everything this block reads is requested before any wait.
   constexpr int per_stage = Cols / Stages;
   static_assert(Cols % Stages == 0, "stages split the columns evenly");
+  // The weights go first: their addresses need only the expert, the rows' need the pair order.
   for (int st = 0; st < Stages; ++st) {
-    if (st == 0)
-      stage_rows(sx, in, static_cast<int>(n < tile_rows ? n : tile_rows), vec_x,
-                 [&](int rr) { return row(0, rr); });
     const int c0 = st * per_stage, c1 = c0 + per_stage < ncols ? c0 + per_stage : ncols;
     if (c1 > c0)
       for (int w = 0; w < NW; ++w) {
@@ -471,6 +471,9 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
         copy_to_shared(sscales + (w * Cols + c0) * blocks, e.scales[mat] + (o0 + c0) * blocks,
                        (c1 - c0) * blocks);
       }
+    if (st == 0)
+      stage_rows(sx, in, static_cast<int>(n < tile_rows ? n : tile_rows), vec_x,
+                 [&](int rr) { return row(0, rr); });
     cp_async_commit();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
