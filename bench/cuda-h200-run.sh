@@ -28,6 +28,15 @@ export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
 sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench ncu http say e2e threads health}
 want() { [[ " $sections " == *" $1 "* ]]; }
+# The cpu-bench checkpoint (configs/cpu-bench.json, random weights) in $ck, made once per run:
+# 1.8 GB, too big to carry.
+ck=$tmp/cpu-bench-seed1-nvfp4
+cpu_bench_checkpoint() {
+  [ -f "$ck/manifest.json" ] && return 0
+  timeout 300 "$drama" make-checkpoint --config "$here/configs/cpu-bench.json" --seed 1 --nvfp4 \
+    -o "$ck" >/dev/null
+  echo "make-checkpoint exit $?"
+}
 {
   section "machine"
   date -u +%Y-%m-%dT%H:%M:%SZ
@@ -157,11 +166,9 @@ PY
   fi
   if want e2e; then
   section "end to end on CUDA: time to first audio and real-time factor, 10 s (125 frames)"
-  # The cpu-bench checkpoint (configs/cpu-bench.json: the real Mimi codec geometry; random
-  # weights, so every request runs to its maximum duration) is made here: 1.8 GB, too big to carry.
-  ck=$tmp/cpu-bench-seed1-nvfp4
-  timeout 300 "$drama" make-checkpoint --config "$here/configs/cpu-bench.json" --seed 1 --nvfp4 -o "$ck" >/dev/null
-  echo "make-checkpoint exit $?"
+  # cpu-bench has the real Mimi codec geometry; its random weights make every request run to its
+  # maximum duration.
+  cpu_bench_checkpoint
   timeout 240 python3 "$here/server_latency.py" --drama "$drama" --checkpoint "$ck" --frames 125 \
     --backend cuda --json "$out/latency-cpu-bench-h200.json" | tail -22
   echo "latency cpu-bench exit ${PIPESTATUS[0]}"
@@ -175,8 +182,7 @@ PY
   fi
   if want threads; then
   section "CPU thread scaling on this machine's cores (bench/thread-scaling.sh, issue 12)"
-  ck=$tmp/cpu-bench-seed1-nvfp4
-  [ -f "$ck/manifest.json" ] || timeout 300 "$drama" make-checkpoint --config "$here/configs/cpu-bench.json" --seed 1 --nvfp4 -o "$ck" >/dev/null
+  cpu_bench_checkpoint
   timeout 300 "$here/thread-scaling.sh" --drama "$drama" --checkpoint "$ck" --rounds 1 --frames 16 \
     --repeats 3 --out "$out/threads-xeon16.json" 2>&1 | tail -5
   echo "thread scaling exit ${PIPESTATUS[0]}"

@@ -271,6 +271,30 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
         step_runs.push_back({0, rows, true, true});
   }
 #endif
+  // A step's row tables (branch slots 0..rows-1 at position `prompt`), uploaded; they live in the
+  // workspace's kPositions buffer, which embed_frames leaves alone.
+  auto step_tables = [&](int64_t rows) {
+    HostRowTables host_tables;
+    for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
+    return host_tables.upload(ws);
+  };
+  auto step_codes = [&](int64_t rows) {
+    return std::span<const int32_t>(codes.data(),
+                                    static_cast<size_t>(c.audio.num_codebooks * rows));
+  };
+  // The step from frame ids already in device memory (as captured work takes it: no upload).
+  auto step_from_ids = [&](const int32_t* ids, int64_t rows, const RowTables& tables) {
+    backbone.embed_frame_ids(ws, ids, rows, x->f32());
+    backbone.forward(ws, x->f32(), rows, tables, cache);
+    backbone.final_norm(ws, x->f32(), rows, h->f32());
+    backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
+  };
+  // Uploads the frame ids of `rows` branches once and returns where they are on the device.
+  auto stage_ids = [&](int64_t rows) {
+    backbone.embed_frames(ws, step_codes(rows), rows, x->f32());
+    return static_cast<const int32_t*>(
+        ws.i32(Buf::kIds, static_cast<size_t>(c.audio.num_codebooks * rows)));
+  };
   for (const StepRun& run : step_runs) {
     // (plain names, not a structured binding: clang 14 does not capture those in lambdas)
     const int version = run.version;
@@ -280,12 +304,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #ifdef DRAMA_WITH_CUDA
     if (on_cuda) cuda::set_programmatic_launch(b, run.no_pdl ? false : pdl_default);
 #endif
-    HostRowTables host_tables;
-    for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
-    const std::span<const int32_t> step_codes(codes.data(),
-                                              static_cast<size_t>(c.audio.num_codebooks * rows));
-    // The tables live in the workspace's kPositions buffer, which embed_frames leaves alone.
-    const RowTables tables = host_tables.upload(ws);
+    const RowTables tables = step_tables(rows);
     std::vector<double> per_step;
     uint64_t step_bytes = 0, step_d2h = 0, step_h2d = 0, step_allocs = 0;
     const std::string key = "bench backbone " + std::to_string(rows);
@@ -295,22 +314,16 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       const auto t0 = Clock::now();
       if (!captured) {
         for (int64_t s = 0; s < steps; ++s) {
-          backbone.embed_frames(ws, step_codes, rows, x->f32());
+          backbone.embed_frames(ws, step_codes(rows), rows, x->f32());
           backbone.forward(ws, x->f32(), rows, tables, cache);
           backbone.final_norm(ws, x->f32(), rows, h->f32());
           backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
         }
       } else {
         // The frame ids uploaded once (a capture takes no upload); the rest as one sequence.
-        backbone.embed_frames(ws, step_codes, rows, x->f32());
-        const int32_t* ids = ws.i32(Buf::kIds, static_cast<size_t>(c.audio.num_codebooks * rows));
+        const int32_t* ids = stage_ids(rows);
         for (int64_t s = 0; s < steps; ++s)
-          ws.run_captured(key, [&] {
-            backbone.embed_frame_ids(ws, ids, rows, x->f32());
-            backbone.forward(ws, x->f32(), rows, tables, cache);
-            backbone.final_norm(ws, x->f32(), rows, h->f32());
-            backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
-          });
+          ws.run_captured(key, [&] { step_from_ids(ids, rows, tables); });
       }
       b.synchronize();
       per_step.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / steps);
@@ -362,19 +375,10 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   if (on_cuda) {
     use_version(0);
     for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
-      HostRowTables host_tables;
-      for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
-      const std::span<const int32_t> step_codes(codes.data(),
-                                                static_cast<size_t>(c.audio.num_codebooks * rows));
-      const RowTables tables = host_tables.upload(ws);
-      backbone.embed_frames(ws, step_codes, rows, x->f32());
-      const int32_t* ids = ws.i32(Buf::kIds, static_cast<size_t>(c.audio.num_codebooks * rows));
-      const cuda::KernelTimes kt = cuda::time_each_kernel(b, [&] {
-        backbone.embed_frame_ids(ws, ids, rows, x->f32());
-        backbone.forward(ws, x->f32(), rows, tables, cache);
-        backbone.final_norm(ws, x->f32(), rows, h->f32());
-        backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
-      });
+      const RowTables tables = step_tables(rows);
+      const int32_t* ids = stage_ids(rows);
+      const cuda::KernelTimes kt =
+          cuda::time_each_kernel(b, [&] { step_from_ids(ids, rows, tables); });
       // By kernel name (in order of first launch), and the step's first kSequenceKept launches
       // in order (the embedding and the first layers: which product is which).
       constexpr size_t kSequenceKept = 50;
@@ -529,9 +533,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
                  json{{"what",
                        "one launched step, every kernel timed alone with device events (a spinning "
                        "kernel holds the stream while the next launch is queued: no launch "
-                       "latency, no "
-                       "gaps); sum_of_kernels_ms against the graph's step: the rest is the gaps "
-                       "between kernels"},
+                       "latency, "
+                       "no gaps); every time includes the events' own cost, empty_kernel_us (an "
+                       "empty kernel timed the same way in this run)"},
                       {"steps", kernel_times}}},
       {"expert_kernels", experts_kernels},
       {"ceiling",

@@ -30,7 +30,6 @@ double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int repl
 // before its predecessor is done: the results are those of plain stream order. On unless
 // DRAMA_CUDA_PDL=0; set_programmatic_launch (grouped_experts.h) switches it for the bench.
 bool programmatic_launch();
-void set_programmatic_launch_flag(bool on);
 
 __device__ __forceinline__ void pdl_entry() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");

@@ -88,21 +88,16 @@ void arm_timer() {
   g_timer.armed_at = std::chrono::steady_clock::now();
 }
 
-}  // namespace
-
-namespace {
 bool pdl_from_environment() {
   const char* v = std::getenv("DRAMA_CUDA_PDL");
   return !(v && std::string(v) == "0");
 }
 std::atomic<bool> g_pdl{pdl_from_environment()};
+
 }  // namespace
 
 bool programmatic_launch() {
   return g_pdl.load(std::memory_order_relaxed);
-}
-void set_programmatic_launch_flag(bool on) {
-  g_pdl.store(on, std::memory_order_relaxed);
 }
 
 bool timing_kernels() {
@@ -212,24 +207,23 @@ std::string CudaBackend::name() const {
   return name_;
 }
 
+void CudaBackend::replace_area(std::unique_ptr<DeviceBuffer>& area, size_t bytes) {
+  // The old area may still be read by queued kernels, and captured graphs name it.
+  synchronize();
+  forget_captured();
+  ++scratch_generation_;
+  area = std::make_unique<CudaBuffer>(bytes + bytes / 2);
+}
+
 void* CudaBackend::scratch(size_t bytes) {
-  if (!scratch_ || scratch_->bytes() < bytes) {
-    // The old area may still be read by queued kernels, and captured graphs name it.
-    synchronize();
-    forget_captured();
-    ++scratch_generation_;
-    scratch_ = std::make_unique<CudaBuffer>(bytes + bytes / 2);
-  }
+  if (!scratch_ || scratch_->bytes() < bytes) replace_area(scratch_, bytes);
   return scratch_->data();
 }
 
 unsigned* CudaBackend::counters(size_t n) {
   const size_t bytes = n * sizeof(unsigned);
   if (!counters_ || counters_->bytes() < bytes) {
-    synchronize();
-    forget_captured();
-    ++scratch_generation_;
-    counters_ = std::make_unique<CudaBuffer>(bytes + bytes / 2);
+    replace_area(counters_, bytes);
     check(cudaMemset(counters_->data(), 0, counters_->bytes()), "cudaMemset (counters)");
   }
   return static_cast<unsigned*>(counters_->data());
@@ -374,7 +368,7 @@ bool set_programmatic_launch(Backend& backend, bool on) {
   cuda.synchronize();
   const bool before = programmatic_launch();
   if (before != on) {
-    set_programmatic_launch_flag(on);
+    g_pdl.store(on, std::memory_order_relaxed);
     cuda.forget_captured();  // graphs captured the launches as they were
   }
   return before;

@@ -125,7 +125,9 @@ class CudaBackend final : public Backend {
   std::map<std::string, Captured> captured_;
   std::set<std::string> failed_;  // keys whose capture failed: they run as they come
   bool graphs_ = true;
-  uint64_t scratch_generation_ = 0;  // a new scratch area drops every captured graph
+  uint64_t scratch_generation_ = 0;  // a new scratch or counter area drops every captured graph
+  // A new area of at least `bytes` (plus half) in place of `area`, after the queued kernels.
+  void replace_area(std::unique_ptr<DeviceBuffer>& area, size_t bytes);
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;

@@ -26,6 +26,11 @@ __global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim
 // d, then block_sum's fixed tree. PerThread > 0: dim <= PerThread * blockDim, and the row and the
 // weights are loaded once, before the reduction, into registers (one memory round trip instead
 // of two; the same operations on the same values); PerThread = 0: any dim, read twice.
+__device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, float eps) {
+  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
+  return 1.0f / sqrtf(mean + eps);
+}
+
 template <int PerThread>
 __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, int64_t dim,
                                 float eps, float* y) {
@@ -46,9 +51,7 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
     for (int i = 0; i < PerThread; ++i)
       if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
         sum += static_cast<double>(xv[i]) * xv[i];
-    sum = block_sum(sum, scratch);
-    const float mean = static_cast<float>(sum / static_cast<double>(dim));
-    const float inv = 1.0f / sqrtf(mean + eps);
+    const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
 #pragma unroll
     for (int i = 0; i < PerThread; ++i) {
       const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
@@ -57,9 +60,7 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
   } else {
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
       sum += static_cast<double>(xr[d]) * xr[d];
-    sum = block_sum(sum, scratch);
-    const float mean = static_cast<float>(sum / static_cast<double>(dim));
-    const float inv = 1.0f / sqrtf(mean + eps);
+    const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
     __syncthreads();  // y may equal x: every thread has read its inputs
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
       yr[d] = (xr[d] * inv) * bf16_to_f32(w[d]);
