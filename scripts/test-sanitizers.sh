@@ -11,9 +11,6 @@ ninja -C build-asan
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 # Leaks inside Debian libraries we cannot free, each with its reason (also read by libFuzzer).
 export LSAN_OPTIONS=suppressions=$PWD/tests/sanitizers/lsan.supp
-# Under the sanitizers the contract checks gates and controls; its runtime limits would time the
-# instrumentation.
-export DRAMA_CONTRACT_NO_LIMITS=1
 ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE slow --timeout 900
 
 for f in build-asan/fuzz_*; do

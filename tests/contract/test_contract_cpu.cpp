@@ -1,6 +1,9 @@
 // labels: contract
 // The whole contract on the CPU backend: every kernel passes gates 1-4, every control is red as
-// planted, no limit problem. (CI also runs `drama contract --backend cpu` through this test.)
+// planted. The runtime limits are timings, and CTest runs this beside other tests (-j nproc):
+// on 2026-12-03 a parallel run failed here with "limit linear_nvfp4 ... 11.952 ms > 9.350 ms"
+// while the same binary alone passed, so the limits are checked where nothing else runs:
+// scripts/test.sh runs `drama contract --backend cpu` (gates, controls and limits) after CTest.
 #include <gtest/gtest.h>
 
 #include <iostream>
@@ -13,8 +16,7 @@ namespace {
 
 TEST(ContractCpu, FullRunPasses) {
   Options o;
-  // Under the sanitizers the limits measure the instrumentation, not the kernels.
-  if (std::getenv("DRAMA_CONTRACT_NO_LIMITS")) o.run_limits = false;
+  o.run_limits = false;
   std::ostringstream out;
   Report r = run_contract(o, out);
   std::cout << out.str();
