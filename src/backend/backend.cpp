@@ -31,6 +31,7 @@ const std::vector<std::string>& Backend::kernel_names() {
                                                  "embed_sum",
                                                  "rms_norm",
                                                  "rope",
+                                                 "qk_norm_rope_cache",
                                                  "attention",
                                                  "swiglu",
                                                  "add",
@@ -57,6 +58,19 @@ int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, i
   // and room for a device-side grouping (pair order, per-expert offsets) in 32-bit words.
   const int64_t pairs = rows * k;
   return pairs * (2 * hidden + 3 * inter) + 2 * pairs + n_stored + 1;
+}
+
+void Backend::qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,
+                                 int64_t kv_heads, int64_t head_dim, const uint16_t* q_norm,
+                                 const uint16_t* k_norm, float eps, const int32_t* positions,
+                                 float theta, const int32_t* kv_row, float* k_cache,
+                                 float* v_cache) {
+  rms_norm(q, q_norm, rows * heads, head_dim, eps, q);
+  rms_norm(k, k_norm, rows * kv_heads, head_dim, eps, k);
+  rope(q, rows, heads, head_dim, positions, theta);
+  rope(k, rows, kv_heads, head_dim, positions, theta);
+  copy_rows(k, nullptr, k_cache, kv_row, rows, kv_heads * head_dim);
+  copy_rows(v, nullptr, v_cache, kv_row, rows, kv_heads * head_dim);
 }
 
 namespace {

@@ -153,6 +153,18 @@ class Backend {
   // Rotate-half rotary embedding in place on x [rows, heads, head_dim] at positions[r].
   virtual void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                     const int32_t* positions, float theta) = 0;
+  // The attention sublayer's work between its projections and attention, in one call: QK-norm
+  // (an RMS norm over each head's head_dim values: q's with q_norm, k's with k_norm, both bf16
+  // [head_dim]), rotary at positions[r] on q and k, then row r of k and of v stored into cache
+  // row kv_row[r] of k_cache and v_cache. q [rows, heads, head_dim] and k [rows, kv_heads,
+  // head_dim] are rewritten in place; v [rows, kv_heads, head_dim] is read. Bitwise what
+  // rms_norm, rms_norm, rope, rope, copy_rows, copy_rows give on the same backend (the default
+  // runs those six; a GPU fuses them into one launch).
+  virtual void qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,
+                                  int64_t kv_heads, int64_t head_dim, const uint16_t* q_norm,
+                                  const uint16_t* k_norm, float eps, const int32_t* positions,
+                                  float theta, const int32_t* kv_row, float* k_cache,
+                                  float* v_cache);
   // Grouped-query attention of q [rows, n_heads, head_dim] over KV caches
   // k/v [*, n_kv_heads, head_dim]: row r's cache starts at cache row cache_row0[r] (null: row 0
   // for every row, one sequence) and it attends to that cache's positions

@@ -45,6 +45,7 @@ enum class Fault {
   LastColumnLeft,          // fill: the last column of every row left unfilled
   WrongDestinationRow,     // copy_rows: the last pair written one row down
   DroppedOffset,           // gather_ids: offset ignored
+  CacheBeforeRotary,       // qk_norm_rope_cache: k stored into the cache before its rotary
 };
 
 std::vector<KernelCase> linear_nvfp4_cases(uint64_t seed, Fault fault);
@@ -53,6 +54,7 @@ std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> rms_norm_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> rope_cases(uint64_t seed, Fault fault);
+std::vector<KernelCase> qk_norm_rope_cache_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> attention_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> swiglu_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> add_cases(uint64_t seed, Fault fault);

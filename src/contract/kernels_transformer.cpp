@@ -1,6 +1,7 @@
 // Transformer pieces: embedding sums, RMSNorm, rotary embedding, attention, SwiGLU, add.
 // Each tolerance is derived beside its case builder from float32 unit roundoff u = 2^-24.
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <numeric>
 
@@ -170,6 +171,137 @@ std::vector<KernelCase> rope_cases(uint64_t seed, Fault fault) {
           }
       stage(b, out, y.data(), n * per);
       return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// qk_norm_rope_cache: per head, rms_norm (relative rho = gamma_hd / 2 + 6u per element) then the
+// rotary, whose 8u (|a| + |b|) adds to the inputs' rho (|a| + |b|): |err| <= (8u + rho)(|a| + |b|)
+// over the normed pair; the cache rows are copies (k's of the rotated values, v's exact). Output
+// per row: q's heads, k's heads, then cache rows kv_row[r] of k and v. Cache rows no row names
+// must stay untouched. Twin: everything rounded to float16 (2^-12 relative > the bound).
+// Planted fault: k stored into the cache before its rotary (the real kernels in that order).
+std::vector<KernelCase> qk_norm_rope_cache_cases(uint64_t seed, Fault fault) {
+  struct Shape {
+    int64_t rows, heads, kv_heads, hd;
+    double theta;
+  };
+  const Shape shapes[] = {
+      {1, 4, 2, 64, 1e6}, {5, 8, 2, 128, 1e6}, {3, 2, 2, 16, 1e4}, {9, 32, 4, 128, 1e6}};
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    const Shape sh = shapes[s];
+    Rng rng(seed * 31 + s);
+    const int64_t qd = sh.heads * sh.hd, kvd = sh.kv_heads * sh.hd, half = sh.hd / 2;
+    const int64_t cache_rows = sh.rows + 3;
+    auto q = std::make_shared<std::vector<float>>(rng.normals(sh.rows * qd, 0.0, 2.0));
+    auto k = std::make_shared<std::vector<float>>(rng.normals(sh.rows * kvd, 0.0, 2.0));
+    auto v = std::make_shared<std::vector<float>>(rng.normals(sh.rows * kvd));
+    std::vector<float> qwf = rng.normals(sh.hd, 1.0, 0.2), kwf = rng.normals(sh.hd, 1.0, 0.2);
+    auto qw = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(qwf));
+    auto kw = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(kwf));
+    auto pos = std::make_shared<std::vector<int32_t>>(sh.rows);
+    for (auto& p : *pos) p = static_cast<int32_t>(rng.integer(0, 8191));
+    std::vector<int32_t> perm(cache_rows);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng.gen);
+    auto kv_row = std::make_shared<std::vector<int32_t>>(perm.begin(), perm.begin() + sh.rows);
+    const double eps = 1e-6;
+    const double rho = gamma32(double(sh.hd)) / 2 + 6 * kU32;
+    KernelCase c;
+    c.label = "rows=" + std::to_string(sh.rows) + " heads=" + std::to_string(sh.heads) + "/" +
+              std::to_string(sh.kv_heads) + " head_dim=" + std::to_string(sh.hd);
+    c.rows = sh.rows;
+    c.row_elems = qd + 3 * kvd;
+    c.reference.resize(static_cast<size_t>(c.rows * c.row_elems));
+    c.atol.resize(c.reference.size());
+    // One head at x (n values) normed with w and rotated at `p`: into ref / atol at `at`.
+    auto head = [&](const float* x, const std::vector<uint16_t>& w, int32_t p, size_t at) {
+      double ss = 0;
+      for (int64_t d = 0; d < sh.hd; ++d) ss += double(x[d]) * x[d];
+      const double inv = 1.0 / std::sqrt(ss / double(sh.hd) + eps);
+      std::vector<double> xn(sh.hd);
+      for (int64_t d = 0; d < sh.hd; ++d) xn[d] = x[d] * inv * bf16_to_f32(w[d]);
+      for (int64_t i = 0; i < half; ++i) {
+        const double ang = double(p) * std::pow(sh.theta, -2.0 * double(i) / double(sh.hd));
+        const double a = xn[i], b = xn[i + half];
+        c.reference[at + i] = a * std::cos(ang) - b * std::sin(ang);
+        c.reference[at + i + half] = b * std::cos(ang) + a * std::sin(ang);
+        c.atol[at + i] = c.atol[at + i + half] = (8 * kU32 + rho) * (std::fabs(a) + std::fabs(b));
+      }
+    };
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      const size_t row = static_cast<size_t>(r * c.row_elems);
+      for (int64_t h = 0; h < sh.heads; ++h)
+        head(q->data() + (r * sh.heads + h) * sh.hd, *qw, (*pos)[r], row + h * sh.hd);
+      for (int64_t h = 0; h < sh.kv_heads; ++h) {
+        const size_t at = row + qd + h * sh.hd;
+        head(k->data() + (r * sh.kv_heads + h) * sh.hd, *kw, (*pos)[r], at);
+        for (int64_t d = 0; d < sh.hd; ++d) {
+          c.reference[at + kvd + d] = c.reference[at + d];  // the cache's copy of k
+          c.atol[at + kvd + d] = c.atol[at + d];
+          c.reference[at + 2 * kvd + d] = (*v)[(r * sh.kv_heads + h) * sh.hd + d];
+          c.atol[at + 2 * kvd + d] = 0;
+        }
+      }
+    }
+    for (double x : c.reference) c.degraded.push_back(to_f16(x));
+    c.nmse_limit = 4 * (8 * kU32 + rho) * (8 * kU32 + rho);
+    c.input_norms = {l2(*q), l2(*k), l2(*v), l2(qwf), l2(kwf)};
+    c.run = [q, k, v, qw, kw, pos, kv_row, sh, qd, kvd, cache_rows, eps, fault](
+                Backend& b, int64_t r0, int64_t n, float* out) {
+      constexpr uint32_t kPayload = 0x7fc0c0deu;
+      std::vector<uint32_t> kc_host(static_cast<size_t>(cache_rows * kvd), kPayload),
+          vc_host = kc_host;
+      std::vector<float> qh(q->begin() + r0 * qd, q->begin() + (r0 + n) * qd);
+      std::vector<float> kh(k->begin() + r0 * kvd, k->begin() + (r0 + n) * kvd);
+      {
+        DeviceCopies d(b);
+        float* qd_dev = d.output(qh.data(), qh.size());
+        float* kd_dev = d.output(kh.data(), kh.size());
+        float* kc = reinterpret_cast<float*>(d.output(kc_host.data(), kc_host.size()));
+        float* vc = reinterpret_cast<float*>(d.output(vc_host.data(), vc_host.size()));
+        const float* vd = d.in(v->data() + r0 * kvd, static_cast<size_t>(n * kvd));
+        const uint16_t *qwd = d.in(*qw), *kwd = d.in(*kw);
+        const int32_t* pd = d.in(*pos) + r0;
+        const int32_t* rowd = d.in(*kv_row) + r0;
+        const float e = static_cast<float>(eps), th = static_cast<float>(sh.theta);
+        if (fault == Fault::CacheBeforeRotary) {
+          b.rms_norm(qd_dev, qwd, n * sh.heads, sh.hd, e, qd_dev);
+          b.rms_norm(kd_dev, kwd, n * sh.kv_heads, sh.hd, e, kd_dev);
+          b.copy_rows(kd_dev, nullptr, kc, rowd, n, kvd);
+          b.rope(qd_dev, n, sh.heads, sh.hd, pd, th);
+          b.rope(kd_dev, n, sh.kv_heads, sh.hd, pd, th);
+          b.copy_rows(vd, nullptr, vc, rowd, n, kvd);
+        } else {
+          b.qk_norm_rope_cache(qd_dev, kd_dev, vd, n, sh.heads, sh.kv_heads, sh.hd, qwd, kwd, e, pd,
+                               th, rowd, kc, vc);
+        }
+        d.finish();
+      }
+      std::vector<bool> owned(static_cast<size_t>(cache_rows), false);
+      for (int64_t i = 0; i < n; ++i) owned[(*kv_row)[r0 + i]] = true;
+      bool untouched = true;
+      for (int64_t row = 0; row < cache_rows; ++row)
+        if (!owned[row])
+          for (int64_t e = 0; e < kvd; ++e)
+            untouched = untouched && kc_host[row * kvd + e] == kPayload &&
+                        vc_host[row * kvd + e] == kPayload;
+      const int64_t per = qd + 3 * kvd;
+      std::vector<float> host(static_cast<size_t>(n * per));
+      for (int64_t i = 0; i < n; ++i) {
+        float* o = host.data() + i * per;
+        const int64_t cr = (*kv_row)[r0 + i];
+        std::memcpy(o, qh.data() + i * qd, static_cast<size_t>(qd) * sizeof(float));
+        std::memcpy(o + qd, kh.data() + i * kvd, static_cast<size_t>(kvd) * sizeof(float));
+        std::memcpy(o + qd + kvd, kc_host.data() + cr * kvd, static_cast<size_t>(kvd) * 4);
+        std::memcpy(o + qd + 2 * kvd, vc_host.data() + cr * kvd, static_cast<size_t>(kvd) * 4);
+      }
+      // The payload reads as NaN: an unwritten cache row fails gate 1.
+      stage(b, out, host.data(), n * per);
+      return untouched;
     };
     cases.push_back(std::move(c));
   }
@@ -458,6 +590,7 @@ Limit elementwise_limit(const char* kernel) {
                              : name == "swiglu"                           ? 16
                              : name == "elu" || name == "sigmoid"         ? 14
                              : name == "layer_norm" || name == "rms_norm" ? 6
+                             : name == "qk_norm_rope_cache"               ? 10
                              : name == "rope"                             ? 4
                                                                           : 1;
   l.flops = double(n) * per_element;
@@ -478,6 +611,9 @@ Limit elementwise_limit(const char* kernel) {
     const std::vector<SampleRow> greedy_host = {SampleRow{0.0f, 0, 1.0f, 0, 0, 0}};
     const SampleRow* greedy = d.in(greedy_host);
     int32_t* id_flag = d.in(std::vector<int32_t>{0, 0});
+    std::vector<int32_t> kv_rows_host(256);
+    std::iota(kv_rows_host.begin(), kv_rows_host.end(), 0);
+    const int32_t* kv_rows = d.in(kv_rows_host);
     return median_seconds(5, [&] {
       if (name == "swiglu") b.swiglu(x, y, n, o);
       if (name == "add") b.add(x, n, o);
@@ -491,6 +627,10 @@ Limit elementwise_limit(const char* kernel) {
       if (name == "non_finite_guard") b.sample_rows(x, n, greedy, 1, 0, id_flag, id_flag + 1, 1);
       if (name == "layer_norm") b.layer_norm(x, y, y + 1024, n / 1024, 1024, 1e-5f, o);
       if (name == "rope") b.rope(o, n / 1024, 8, 128, pos, 1e6f);
+      // 256 rows of 16 q heads and 4 kv heads of 128: q, k, the caches in o; v in x.
+      if (name == "qk_norm_rope_cache")
+        b.qk_norm_rope_cache(o, o + 256 * 2048, x, 256, 16, 4, 128, w, w, 1e-6f, pos, 1e6f, kv_rows,
+                             o + 256 * 2560, o + 256 * 3072);
       b.synchronize();
     });
   };

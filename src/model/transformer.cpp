@@ -47,13 +47,10 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   ws.linear(w.attn.q, xn, rows, q);
   ws.linear(w.attn.k, xn, rows, k);
   ws.linear(w.attn.v, xn, rows, v);
-  // QK-norm is an RMS norm over each head's head_dim values.
-  be.rms_norm(q, w.attn.q_norm, rows * s.heads, s.head_dim, s.eps, q);
-  be.rms_norm(k, w.attn.k_norm, rows * s.kv_heads, s.head_dim, s.eps, k);
-  be.rope(q, rows, s.heads, s.head_dim, t.positions, s.theta);
-  be.rope(k, rows, s.kv_heads, s.head_dim, t.positions, s.theta);
-  be.copy_rows(k, nullptr, cache.k(layer), t.kv_row, rows, kvd);
-  be.copy_rows(v, nullptr, cache.v(layer), t.kv_row, rows, kvd);
+  // QK-norm (an RMS norm over each head's head_dim values), rotary, and k and v into the cache.
+  be.qk_norm_rope_cache(q, k, v, rows, s.heads, s.kv_heads, s.head_dim, w.attn.q_norm,
+                        w.attn.k_norm, s.eps, t.positions, s.theta, t.kv_row, cache.k(layer),
+                        cache.v(layer));
   be.attention(q, rows, t.positions, t.cache_row0, cache.k(layer), cache.v(layer), s.heads,
                s.kv_heads, s.head_dim, 0, att);
   ws.linear(w.attn.o, att, rows, proj);

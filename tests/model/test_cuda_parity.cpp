@@ -28,6 +28,7 @@
 #include "format/checkpoint.h"
 #include "model/drama3_model.h"
 #include "model/prompt.h"
+#include "util/dtype.h"
 
 #include "model/model_testing.h"
 
@@ -232,6 +233,73 @@ TEST(CudaBatchInvariance, RowAloneEqualsRowInBatchesOf2_3_8_64) {
     }
   }
   std::printf("%d (kernel, row, batch) comparisons bitwise equal\n", checked);
+}
+
+// The fused qk_norm_rope_cache (one launch) gives the bits of the six calls it replaces
+// (Backend's default: rms_norm twice, rope twice, copy_rows twice, each a CUDA kernel) for q, k
+// and both caches, at several head shapes and row counts, the cache rows in shuffled order.
+TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+  struct Shape {
+    int64_t heads, kv_heads, hd;
+  };
+  std::mt19937 gen(11);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  int checked = 0;
+  for (const Shape sh : {Shape{4, 2, 64}, Shape{32, 4, 128}, Shape{16, 8, 128}, Shape{2, 1, 16}})
+    for (const int64_t rows : {1, 2, 3, 8, 64}) {
+      const int64_t qd = sh.heads * sh.hd, kvd = sh.kv_heads * sh.hd, cache_rows = rows + 5;
+      auto host = [&](int64_t n) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (auto& x : v) x = normal(gen);
+        return v;
+      };
+      const std::vector<float> q = host(rows * qd), k = host(rows * kvd), v = host(rows * kvd),
+                               caches = host(cache_rows * kvd);
+      std::vector<uint16_t> qw(sh.hd), kw(sh.hd);
+      for (auto& w : qw) w = f32_to_bf16(1.0f + 0.1f * normal(gen));
+      for (auto& w : kw) w = f32_to_bf16(1.0f + 0.1f * normal(gen));
+      std::vector<int32_t> pos(rows), row(cache_rows);
+      for (auto& p : pos) p = static_cast<int32_t>(gen() % 8192);
+      std::iota(row.begin(), row.end(), 0);
+      std::shuffle(row.begin(), row.end(), gen);
+      auto dev = [&](const auto& h) {
+        auto d = b.alloc(std::max<size_t>(h.size(), 1) * sizeof(h[0]));
+        b.upload(d->data(), h.data(), h.size() * sizeof(h[0]));
+        return d;
+      };
+      auto qw_d = dev(qw), kw_d = dev(kw), pos_d = dev(pos), row_d = dev(row), v_d = dev(v);
+      std::vector<std::vector<float>> out[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        auto q_d = dev(q), k_d = dev(k), kc_d = dev(caches), vc_d = dev(caches);
+        const auto* w_q = static_cast<const uint16_t*>(qw_d->data());
+        const auto* w_k = static_cast<const uint16_t*>(kw_d->data());
+        const auto* p = static_cast<const int32_t*>(pos_d->data());
+        const auto* r = static_cast<const int32_t*>(row_d->data());
+        if (fused)
+          b.qk_norm_rope_cache(q_d->f32(), k_d->f32(), v_d->f32(), rows, sh.heads, sh.kv_heads,
+                               sh.hd, w_q, w_k, 1e-6f, p, 1e6f, r, kc_d->f32(), vc_d->f32());
+        else
+          b.Backend::qk_norm_rope_cache(q_d->f32(), k_d->f32(), v_d->f32(), rows, sh.heads,
+                                        sh.kv_heads, sh.hd, w_q, w_k, 1e-6f, p, 1e6f, r,
+                                        kc_d->f32(), vc_d->f32());
+        for (DeviceBuffer* d : {q_d.get(), k_d.get(), kc_d.get(), vc_d.get()}) {
+          std::vector<float> h(d->bytes() / 4);
+          b.download(h.data(), d->data(), d->bytes());
+          out[fused].push_back(std::move(h));
+        }
+      }
+      const char* names[] = {"q", "k", "k cache", "v cache"};
+      for (size_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(out[0][i].size(), out[1][i].size());
+        EXPECT_EQ(std::memcmp(out[0][i].data(), out[1][i].data(), out[0][i].size() * 4), 0)
+            << names[i] << " heads " << sh.heads << "/" << sh.kv_heads << " head_dim " << sh.hd
+            << " rows " << rows;
+        ++checked;
+      }
+    }
+  EXPECT_EQ(checked, 4 * 5 * 4);
 }
 
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give

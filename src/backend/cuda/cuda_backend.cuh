@@ -55,6 +55,10 @@ class CudaBackend final : public Backend {
                 float* y) override;
   void rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const int32_t* positions,
             float theta) override;
+  void qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,
+                          int64_t kv_heads, int64_t head_dim, const uint16_t* q_norm,
+                          const uint16_t* k_norm, float eps, const int32_t* positions, float theta,
+                          const int32_t* kv_row, float* k_cache, float* v_cache) override;
   void attention(const float* q, int64_t rows, const int32_t* positions, const int32_t* cache_row0,
                  const float* k_cache, const float* v_cache, int64_t n_heads, int64_t n_kv_heads,
                  int64_t head_dim, int64_t window, float* out) override;

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
+#include "util/error.h"
 
 namespace drama::cuda {
 
@@ -67,8 +68,19 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
   }
 }
 
-// One thread per (row, frequency i, head): the angle in float64 (as tools/reference), applied in
-// float32 to the pair (i, i + half).
+// Rotary of the pair (a, b) = (v[i], v[i + half]) at `position`: the angle in float64 (as
+// tools/reference), applied in float32. rope_kernel and qk_norm_rope_cache_kernel both rotate
+// through this one function, so their bits agree.
+__device__ __forceinline__ void rope_pair(float a, float b, int32_t position, int64_t i,
+                                          int64_t head_dim, double theta, float& ya, float& yb) {
+  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+  const double angle = static_cast<double>(position) * inv_freq;
+  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+  ya = a * c - b * s;
+  yb = b * c + a * s;
+}
+
+// One thread per (row, frequency i, head): the pair (i, i + half).
 __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                             const int32_t* __restrict__ positions, double theta) {
   pdl_entry();
@@ -76,13 +88,53 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * heads * half) return;
   const int64_t i = t % half, h = (t / half) % heads, r = t / (half * heads);
-  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-  const double angle = static_cast<double>(positions[r]) * inv_freq;
-  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
   float* v = x + (r * heads + h) * head_dim;
-  const float a = v[i], b = v[i + half];
-  v[i] = a * c - b * s;
-  v[i + half] = b * c + a * s;
+  rope_pair(v[i], v[i + half], positions[r], i, head_dim, theta, v[i], v[i + half]);
+}
+
+// qk_norm_rope_cache in one launch: block (h, r) takes head h of row r, q's heads first, then
+// k's; thread d holds element d. The RMS norm is rms_norm_kernel's: the square in float64 per
+// element, block_sum's fixed tree (a block of head_dim threads rounded up to a warp gives the
+// same tree as rms_norm's 256 threads, whose extra threads add zeros), inv_rms, (x * inv) * w;
+// the rotary is rope_pair; a k head's rotated values and its v head go into the caches.
+constexpr int kMaxHeadDim = 1024;
+__global__ void qk_norm_rope_cache_kernel(float* q, float* k, const float* __restrict__ v,
+                                          int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                          const uint16_t* __restrict__ q_norm,
+                                          const uint16_t* __restrict__ k_norm, float eps,
+                                          const int32_t* __restrict__ positions, double theta,
+                                          const int32_t* __restrict__ kv_row, float* k_cache,
+                                          float* v_cache) {
+  pdl_entry();
+  __shared__ double scratch[32];
+  __shared__ float normed[kMaxHeadDim];
+  const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
+  const bool is_q = h < heads;
+  const int64_t kh = h - heads;  // the k head (is_q false)
+  float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + kh) * head_dim;
+  const uint16_t* w = is_q ? q_norm : k_norm;
+  const float xv = d < head_dim ? x[d] : 0.0f;
+  const float wv = d < head_dim ? bf16_to_f32(w[d]) : 0.0f;
+  double sum = 0.0;
+  if (d < head_dim) sum += static_cast<double>(xv) * xv;
+  const float inv = inv_rms(block_sum(sum, scratch), head_dim, eps);
+  if (d < head_dim) normed[d] = (xv * inv) * wv;
+  __syncthreads();
+  const int64_t half = head_dim / 2, kvd = kv_heads * head_dim;
+  if (d < half) {
+    float ya, yb;
+    rope_pair(normed[d], normed[d + half], positions[r], d, head_dim, theta, ya, yb);
+    x[d] = ya;
+    x[d + half] = yb;
+    if (!is_q) {
+      float* kc = k_cache + static_cast<int64_t>(kv_row[r]) * kvd + kh * head_dim;
+      kc[d] = ya;
+      kc[d + half] = yb;
+    }
+  }
+  if (!is_q && d < head_dim)
+    v_cache[static_cast<int64_t>(kv_row[r]) * kvd + kh * head_dim + d] =
+        v[(r * kv_heads + kh) * head_dim + d];
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
@@ -143,6 +195,22 @@ void launch_rope(float* x, int64_t rows, int64_t heads, int64_t head_dim, const 
   check_launch("rope");
 }
 
+void launch_qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,
+                               int64_t kv_heads, int64_t head_dim, const uint16_t* q_norm,
+                               const uint16_t* k_norm, float eps, const int32_t* positions,
+                               float theta, const int32_t* kv_row, float* k_cache, float* v_cache,
+                               cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (head_dim > kMaxHeadDim || head_dim % 2 != 0)
+    throw Error("qk_norm_rope_cache: head_dim " + std::to_string(head_dim) +
+                " is not even and at most " + std::to_string(kMaxHeadDim));
+  const dim3 grid(static_cast<unsigned>(heads + kv_heads), static_cast<unsigned>(rows));
+  const unsigned threads = static_cast<unsigned>((head_dim + 31) / 32 * 32);
+  launch(qk_norm_rope_cache_kernel, grid, threads, 0, stream, q, k, v, heads, kv_heads, head_dim,
+         q_norm, k_norm, eps, positions, static_cast<double>(theta), kv_row, k_cache, v_cache);
+  check_launch("qk_norm_rope_cache");
+}
+
 void launch_swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n <= 0) return;
   launch(swiglu_kernel, blocks_for(n, kThreads), kThreads, 0, stream, gate, up, n, out);
@@ -166,6 +234,14 @@ void CudaBackend::rms_norm(const float* x, const uint16_t* w_bf16, int64_t rows,
 void CudaBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                        const int32_t* positions, float theta) {
   launch_rope(x, rows, heads, head_dim, positions, theta, stream_);
+}
+void CudaBackend::qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows,
+                                     int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     const uint16_t* q_norm, const uint16_t* k_norm, float eps,
+                                     const int32_t* positions, float theta, const int32_t* kv_row,
+                                     float* k_cache, float* v_cache) {
+  launch_qk_norm_rope_cache(q, k, v, rows, heads, kv_heads, head_dim, q_norm, k_norm, eps,
+                            positions, theta, kv_row, k_cache, v_cache, stream_);
 }
 void CudaBackend::swiglu(const float* gate, const float* up, int64_t n, float* out) {
   launch_swiglu(gate, up, n, out, stream_);
