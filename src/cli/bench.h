@@ -4,9 +4,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
 #include "backend/backend.h"
+#include "format/checkpoint.h"
+#include "format/config.h"
 
 namespace drama::cli {
 
@@ -19,5 +22,23 @@ void register_bench_verify(CLI::App& bench, std::function<int()>& run);
 // the config's geometry built in the backend's memory.
 int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend,
                          int64_t steps, int repeats, const std::string& json_path);
+
+// A whole model but the codec (backbone and tower) of random weights of `config`'s geometry, in
+// `backend`'s memory (bench_synthetic.cpp): what `bench decode --synthetic CONFIG --lanes N`
+// serves its sessions from. The weights live as long as this object.
+class SyntheticModel {
+ public:
+  SyntheticModel(Backend& backend, const Drama3Config& config);
+  ~SyntheticModel();
+  const ModelWeights& weights() const { return weights_; }
+  double bytes() const;  // bytes of device memory the weights take
+  double build_s() const { return build_s_; }
+
+ private:
+  struct Store;
+  std::unique_ptr<Store> store_;
+  ModelWeights weights_;
+  double build_s_ = 0;
+};
 
 }  // namespace drama::cli

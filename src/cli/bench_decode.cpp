@@ -7,10 +7,13 @@
 // reports the median of the per-sample fractions (and each sample).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,10 @@
 #include "util/error.h"
 #include "util/sampling.h"
 
+#ifdef DRAMA_WITH_CUDA
+#include "backend/cuda/ceilings.h"
+#endif
+
 namespace drama::cli {
 
 namespace {
@@ -36,6 +43,8 @@ using Clock = std::chrono::steady_clock;
 
 struct DecodeOptions {
   std::vector<int64_t> lanes = {1};
+  bool lanes_given = false;  // --synthetic: the lanes bench on the whole model (else the step)
+  int64_t context = 0;       // positions per branch cache (0: max_position_embeddings)
   int64_t frames = 32;
   int repeats = 5;
   std::string cfg = "paired";
@@ -115,17 +124,21 @@ class BandwidthProbe {
   uint64_t* b_ = nullptr;
 };
 
-// `lanes` concurrent sessions of the same prompt (seeds 1, 2, ...) stepped together until they
-// have made `frames` frames each in steps without prefill; a session that ends (EOS) is replaced
-// by one with the next seed, whose prefill steps are not timed.
+// What one pass measured.
 struct PassResult {
   StepTiming timing;
   std::vector<double> first_frame_s;  // per initial session: from its join to its first frame
+  double join_at_load_s = 0;  // a session joining while the others stream: to its first frame
+  uint64_t expert_bytes = 0;  // expert weight bytes the backend counted in the timed steps
 };
 
 // `lanes` concurrent sessions of the same prompt (seeds 1, 2, ...) joined at once and stepped
-// together until they have made `frames` frames each in steps without prefill; a session that
-// ends (EOS) is replaced by one with the next seed, whose prefill steps are not timed.
+// together until they have made `frames` frames each in steps without prefill. The sessions
+// ignore end of speech (GenerationOptions::ignore_eos), so a trained model that ends a short
+// sentence after a few frames still keeps every lane streaming; a session that ends anyway (the
+// position limit) is replaced by one with the next seed, whose prefill steps are not timed.
+// Then one session is replaced by a new one while the others stream, and the new one's time to
+// its first frame is taken (time to first audio at that load, in steady state).
 PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const SessionSpec& base) {
   uint64_t seed = 1;
   std::set<uint64_t> live, waiting_first;
@@ -133,42 +146,167 @@ PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const 
     SessionSpec spec = base;
     spec.options.seed = seed++;
     spec.options.max_frames = 1 << 30;
+    spec.options.ignore_eos = true;
     return *live.insert(model.join(std::move(spec))).first;
+  };
+  auto step = [&](const std::function<void(const StepEvent&)>& seen) {
+    for (const StepEvent& e : model.step()) {
+      seen(e);
+      if (e.finished) {
+        if (!e.error.empty()) throw Error(e.error);
+        if (live.erase(e.session)) join();
+      }
+    }
   };
   const auto t0 = Clock::now();
   for (int64_t i = 0; i < lanes; ++i) waiting_first.insert(join());
   PassResult r;
   model.reset_timing();
+  const uint64_t experts0 = model.backend().transfers().expert_weight_bytes;
   const int64_t target = frames * lanes;
   for (int64_t guard = 0; model.timing().frames < target; ++guard) {
     if (guard > 100 * target + 1000) throw Error("bench decode: the sessions make no frames");
-    for (const StepEvent& e : model.step()) {
+    step([&](const StepEvent& e) {
       if (waiting_first.erase(e.session))
         r.first_frame_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-      if (e.finished) {
-        if (!e.error.empty()) throw Error(e.error);
-        live.erase(e.session);
-        join();
-      }
-    }
+    });
   }
   r.timing = model.timing();
+  r.expert_bytes = model.backend().transfers().expert_weight_bytes - experts0;
+  // One lane's session leaves (cancelled: step() ends it and `step` joins its replacement at
+  // once, as a server's queue would), the others keep streaming.
+  const uint64_t leaving = *live.begin();
+  model.cancel(leaving);
+  uint64_t newcomer = 0;
+  Clock::time_point joined{};
+  bool first = false;
+  step([&](const StepEvent& e) {
+    if (e.session == leaving && e.finished) joined = Clock::now();
+  });
+  newcomer = *live.rbegin();
+  for (int64_t guard = 0; !first; ++guard) {
+    if (guard > 100000) throw Error("bench decode: a joining session makes no frame");
+    step([&](const StepEvent& e) {
+      if (e.session == newcomer && !e.finished) first = true;
+    });
+  }
+  r.join_at_load_s = std::chrono::duration<double>(Clock::now() - joined).count();
   for (uint64_t id : live) model.cancel(id);
+  live.clear();
   model.step();  // ends them: the next pass starts with every lane free
   return r;
 }
 
+// Expected distinct experts that `rows` rows choose, k each of E, when routing is uniform (the
+// synthetic model's random router): E (1 - (1 - k/E)^rows).
+double expected_distinct_experts(int64_t experts, int64_t k, int64_t rows) {
+  if (experts <= 0) return 0;
+  const double p = static_cast<double>(std::min(k, experts)) / static_cast<double>(experts);
+  return static_cast<double>(experts) * (1.0 - std::pow(1.0 - p, static_cast<double>(rows)));
+}
+
+// What a decode step of `lanes` lanes must move and compute, from the geometry: the bound the
+// step's time is measured against (the larger of bytes over the copy rate and flops over the
+// float32 FMA rate; the kernels use no tensor cores). `weight_bytes`: the weight bytes a step
+// reads by the workspace's counter, which includes the experts when the backend counts them
+// (the CPU); otherwise (CUDA: the choice stays on the device) each MoE layer adds the distinct
+// experts the step's rows choose, expected under uniform routing (the synthetic model's random
+// router). The KV cache: every row reads `positions` cached rows of every layer.
+struct StepLimit {
+  double weight_bytes = 0, expert_bytes = 0, kv_bytes = 0, flops = 0;
+  double bytes_ms = 0, flops_ms = 0;
+  double ms() const { return std::max(bytes_ms, flops_ms); }
+};
+
+StepLimit step_limit(const Drama3Config& c, int64_t rows, double positions, double weight_bytes,
+                     bool experts_counted, double bytes_per_expert, double copy_per_s,
+                     double flops_per_s) {
+  const auto& bb = c.backbone;
+  const auto& t = c.tower;
+  const int64_t K = c.audio.num_codebooks, cs = c.audio.codebook_size;
+  const auto attn_params = [](const TransformerConfig& x) {
+    const double q = static_cast<double>(x.num_heads * x.head_dim),
+                 kv = static_cast<double>(x.num_kv_heads * x.head_dim);
+    return static_cast<double>(x.hidden_size) * (2 * q + 2 * kv);
+  };
+  const double H = static_cast<double>(bb.hidden_size), Ht = static_cast<double>(t.hidden_size);
+  const double kv_dim = static_cast<double>(bb.num_kv_heads * bb.head_dim);
+  const double q_dim = static_cast<double>(bb.num_heads * bb.head_dim);
+  double per_row = (cs + 1) * H;  // codebook-0 head
+  int64_t moe_layers = 0;
+  for (int64_t l = 0; l < bb.num_layers; ++l) {
+    per_row += attn_params(bb) + 2 * positions * q_dim;  // projections; QK and PV
+    if (c.is_dense_layer(l)) {
+      per_row += 3 * H * static_cast<double>(bb.intermediate_size);
+    } else {
+      ++moe_layers;
+      per_row += static_cast<double>(c.moe.num_experts) * H +
+                 static_cast<double>(std::min(c.moe.experts_per_token, c.moe.num_experts)) * 3 * H *
+                     static_cast<double>(c.moe.expert_intermediate_size);
+    }
+  }
+  // The tower: K positions per frame, each through every layer; input projections, K-1 heads.
+  per_row += static_cast<double>(K) *
+             (Ht * H + static_cast<double>(t.num_layers) *
+                           (attn_params(t) + 3 * Ht * static_cast<double>(t.intermediate_size)));
+  per_row += static_cast<double>(K - 1) * static_cast<double>(cs) * Ht;
+  StepLimit s;
+  s.weight_bytes = weight_bytes;
+  s.expert_bytes = experts_counted ? 0.0
+                                   : static_cast<double>(moe_layers) *
+                                         expected_distinct_experts(c.moe.num_experts,
+                                                                   c.moe.experts_per_token, rows) *
+                                         bytes_per_expert;
+  s.kv_bytes =
+      static_cast<double>(rows) * positions * static_cast<double>(bb.num_layers) * 2 * kv_dim * 4;
+  s.flops = 2.0 * static_cast<double>(rows) * per_row;
+  s.bytes_ms = (s.weight_bytes + s.expert_bytes + s.kv_bytes) / copy_per_s * 1e3;
+  s.flops_ms = flops_per_s > 0 ? s.flops / flops_per_s * 1e3 : 0.0;  // 0: no FMA rate measured
+  return s;
+}
+
 int run_decode(const DecodeOptions& o) {
-  ResolvedCheckpoint resolved = resolve_weights(o.weights);
-  Checkpoint ckpt(resolved.dir, o.weights.residency());
-  const Drama3Config& c = ckpt.config();
-  auto backend = make_backend(o.weights.backend);
   const int64_t max_lanes = *std::max_element(o.lanes.begin(), o.lanes.end());
   ModelCapacity cap;
   cap.lanes = max_lanes;
-  Drama3Model model(ckpt, *backend, cap);
+  cap.max_positions = o.context;
+  // The model: a checkpoint's, or (--synthetic) random weights built in the backend's memory.
+  std::unique_ptr<Checkpoint> ckpt;
+  Drama3Config config;
+  nlohmann::json provenance;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<SyntheticModel> synthetic;
+  std::unique_ptr<Drama3Model> owned;
+  double bytes_per_expert = 0;
+  if (!o.synthetic.empty()) {
+    config = load_drama3_config(o.synthetic);
+    backend = make_backend(o.weights.backend);
+    synthetic = std::make_unique<SyntheticModel>(*backend, config);
+    owned = std::make_unique<Drama3Model>(config, synthetic->weights(), *backend, cap);
+    provenance = {
+        {"synthetic", std::filesystem::path(o.synthetic).filename().string()},
+        {"weights", "random (BF16 N(0, 0.02), NVFP4 experts), built in the backend's memory"},
+        {"model_bytes", synthetic->bytes()},
+        {"build_s", synthetic->build_s()}};
+  } else {
+    ResolvedCheckpoint resolved = resolve_weights(o.weights);
+    ckpt = std::make_unique<Checkpoint>(resolved.dir, o.weights.residency());
+    config = ckpt->config();
+    backend = make_backend(o.weights.backend);
+    owned = std::make_unique<Drama3Model>(*ckpt, *backend, cap);
+    provenance = resolved.provenance;
+  }
+  Drama3Model& model = *owned;
+  const Drama3Config& c = config;
+  for (const auto& l : (synthetic ? synthetic->weights() : ckpt->weights()).backbone)
+    if (!l.dense && !l.moe.experts.empty()) {
+      const MlpWeights& e = l.moe.experts[0];
+      bytes_per_expert =
+          static_cast<double>(weight_bytes(e.gate) + weight_bytes(e.up) + weight_bytes(e.down));
+    }
   int threads = o.weights.backend.threads;
   if (threads <= 0) threads = available_cores();
+  const bool on_cuda = backend->name().rfind("cuda", 0) == 0;
 
   // A reference voice of random codes: guidance runs both branches for paired/separate.
   Voice voice;
@@ -186,16 +324,35 @@ int run_decode(const DecodeOptions& o) {
   base.options.cfg = o.cfg == "separate" ? CfgMode::Separate : CfgMode::Paired;
   base.options.sampling = {0.9f, 50, 1.0f};
 
-  // Warm-up (page in the weights).
-  decode_pass(model, max_lanes, 2, base);
+  // Warm-up: page in the weights, and capture each lane count's step (CUDA: its graph).
+  for (int64_t lanes : o.lanes) decode_pass(model, lanes, 2, base);
   struct Sample {
     StepTiming t;
     std::vector<double> first_frame_s;
+    double join_at_load_s = 0;
+    bool experts_counted = false;
     nlohmann::json bw;
     double step_s, eff, fraction;
   };
   double decode_peak_rss_mib = 0;
   std::unique_ptr<BandwidthProbe> probe;
+  // The ceiling measured after each sample: on the CPU the host's read and copy bandwidth at
+  // this thread count; on CUDA the device's copy rate (HBM serves reads and writes from one
+  // budget: the rate a step can read its weights) and its float32 FMA rate.
+  auto measure_ceiling = [&]() -> nlohmann::json {
+#ifdef DRAMA_WITH_CUDA
+    if (on_cuda) {
+      const cuda::DeviceCeilings d = cuda::measure_device_ceilings();
+      return {{"read_gb_s", d.copy_bytes_per_s / 1e9},
+              {"copy_gb_s", d.copy_bytes_per_s / 1e9},
+              {"fma_tflops", d.fma_flops_per_s / 1e12},
+              {"note",
+               "device-to-device cudaMemcpy of 1 GiB, bytes read + written (read_gb_s: the same "
+               "rate), best of 5; float32 FMA chains over every SM, best of 3"}};
+    }
+#endif
+    return probe->measure();
+  };
   std::map<int64_t, std::vector<Sample>> samples;
   // Lane counts in rotation within each repeat, so all see the same machine conditions.
   for (int rep = 0; rep < o.repeats; ++rep) {
@@ -205,16 +362,18 @@ int run_decode(const DecodeOptions& o) {
       sm.t = pass.timing;
       sm.first_frame_s = std::move(pass.first_frame_s);
       std::sort(sm.first_frame_s.begin(), sm.first_frame_s.end());
-      if (!probe) {
+      if (rep == 0 && lanes == o.lanes.front()) {
         // Peak resident memory of loading and decoding, read before the bandwidth buffers (1 GiB)
         // exist. It counts the checkpoint pages mapped and touched (file-backed, shared with the
         // page cache) and the process's own allocations.
         rusage usage{};
         getrusage(RUSAGE_SELF, &usage);
         decode_peak_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;
-        probe = std::make_unique<BandwidthProbe>(threads);
+        if (!on_cuda) probe = std::make_unique<BandwidthProbe>(threads);
       }
-      sm.bw = probe->measure();
+      sm.bw = measure_ceiling();
+      sm.join_at_load_s = pass.join_at_load_s;
+      sm.experts_counted = pass.expert_bytes > 0;
       const double steps = static_cast<double>(sm.t.frames) / static_cast<double>(lanes);
       sm.step_s = (sm.t.backbone_s + sm.t.tower_s) / steps;
       sm.eff = static_cast<double>(sm.t.decode_weight_bytes) / steps / sm.step_s / 1e9;
@@ -223,6 +382,19 @@ int run_decode(const DecodeOptions& o) {
     }
   }
   nlohmann::json runs = nlohmann::json::array();
+  // The mean cached positions a decode step's rows attend over: the prompts' mean length plus
+  // half of a pass's frames.
+  const double mean_positions =
+      (static_cast<double>(base.cond.rows) +
+       static_cast<double>(base.uncond ? base.uncond->rows : base.cond.rows)) /
+          2 +
+      static_cast<double>(o.frames) / 2;
+  int64_t most_streams = 0;
+  struct {
+    double weight_bytes = 0;
+    bool experts_counted = true;
+    double copy_per_s = 0, flops_per_s = 0;
+  } limit_inputs;
   for (int64_t lanes : o.lanes) {
     // The sample with the median step time speaks for the run; every sample is listed.
     std::vector<const Sample*> order;
@@ -252,30 +424,81 @@ int run_decode(const DecodeOptions& o) {
          {"first_frame_ms_median",
           med.first_frame_s.empty() ? 0.0 : med.first_frame_s[med.first_frame_s.size() / 2] * 1e3},
          {"first_frame_ms_max", med.first_frame_s.empty() ? 0.0 : med.first_frame_s.back() * 1e3},
+         {"first_frame_ms_joining_at_load", med.join_at_load_s * 1e3},
          {"effective_gb_s", med.eff},
          {"memory", med.bw},
          {"fraction_of_read_bandwidth", med.fraction},
          {"samples", per_sample}});
+    // The bound this step is measured against (step_limit), from the same sample's ceiling.
+    const int64_t rows = lanes * (single ? 1 : 2);
+    const double copy_per_s = med.bw["read_gb_s"].get<double>() * 1e9;
+    const double flops_per_s =
+        med.bw.contains("fma_tflops") ? med.bw["fma_tflops"].get<double>() * 1e12 : 0.0;
+    const StepLimit lim =
+        step_limit(c, rows, mean_positions, static_cast<double>(t.decode_weight_bytes) / steps,
+                   med.experts_counted, bytes_per_expert, copy_per_s, flops_per_s);
+    nlohmann::json& limit = runs.back()["limit"];
+    limit = {{"weight_bytes", lim.weight_bytes},
+             {"expert_bytes_added", lim.expert_bytes},
+             {"kv_cache_bytes", lim.kv_bytes},
+             {"flops", lim.flops},
+             {"bytes_ms", lim.bytes_ms},
+             {"step_ms", lim.ms()},
+             {"fraction_of_limit", lim.ms() / (step_s * 1e3)}};
+    if (flops_per_s > 0) limit["flops_ms"] = lim.flops_ms;
+    if ((1.0 / c.audio.frame_rate) / step_s >= 1.0 && lanes > most_streams) most_streams = lanes;
+    limit_inputs = {t.decode_weight_bytes / steps, med.experts_counted, copy_per_s, flops_per_s};
+  }
+  // The most streams the limit allows faster than real time (a step within one frame of audio),
+  // from the last lane count's measured weight bytes; only where the experts are added by the
+  // expected count (with counted experts the measured bytes already depend on the rows).
+  nlohmann::json streams_limit = "not computed: the backend counts its experts";
+  if (!limit_inputs.experts_counted) {
+    int64_t n = 0;
+    for (int64_t lanes = 1; lanes <= 65536; ++lanes) {
+      const StepLimit lim =
+          step_limit(c, lanes * (single ? 1 : 2), mean_positions, limit_inputs.weight_bytes, false,
+                     bytes_per_expert, limit_inputs.copy_per_s, limit_inputs.flops_per_s);
+      if (lim.ms() > 1e3 / c.audio.frame_rate) break;
+      n = lanes;
+    }
+    streams_limit = n;
   }
   nlohmann::json j = {
       {"bench", "decode"},
-      {"provenance", resolved.provenance},
+      {"provenance", provenance},
       {"backend", backend->name()},
       {"threads", threads},
+      {"context_positions", model.max_positions()},
+      {"prefill_chunk", model.capacity().prefill_chunk},
+      {"most_streams_faster_than_real_time", most_streams},
+      {"limit_streams_faster_than_real_time", streams_limit},
       {"weights", o.weights.mmap ? "mapped (--mmap)" : "in memory"},
       {"cfg", o.cfg},
       {"repeats", o.repeats},
       {"frame_rate", c.audio.frame_rate},
       {"decode_peak_rss_mib", decode_peak_rss_mib},
       {"note",
-       "each sample: `frames` frames per lane of concurrent sessions in steps without prefill, "
+       "each sample: `frames` frames per lane of concurrent sessions in steps without prefill "
+       "(the sessions ignore end of speech, so every lane streams throughout), "
        "then the bandwidth measured at once; lane counts run in rotation; the figures of each "
        "lane count are its sample with the median step time. A stream's real-time factor is the "
        "audio of one frame over the step time (every lane makes a frame per step). Weight bytes "
        "= every linear call's weight once per step (paired: one read for both rows; separate: "
        "one per branch); experts counted once per step when any row chose them; prefill "
        "excluded. first_frame_ms: from the joining of all `lanes` sessions at once to each one's "
-       "first frame (prefill in chunks of the model's prefill_chunk rows per step)"}};
+       "first frame (prefill in chunks of the model's prefill_chunk rows per step); "
+       "first_frame_ms_joining_at_load: after the timed steps one session leaves and a new one "
+       "joins at once while the other lanes stream, from its joining to its first frame. "
+       "limit: the step's bound, max(bytes / copy rate, flops / FMA rate) where the FMA rate is "
+       "measured (CUDA; the kernels use no tensor cores), bytes = the counted weight bytes, plus "
+       "the distinct experts the rows choose under uniform routing where the backend does not "
+       "count them (expert_bytes_added), plus every row reading the mean cached positions of "
+       "each layer's KV cache (float32); flops = 2 x rows x the parameters a row uses (experts "
+       "per token, attention over the positions, the tower's K positions). "
+       "most_streams_faster_than_real_time: the most lanes measured whose streams each make a "
+       "frame within one frame of audio; limit_streams_faster_than_real_time: the most the limit "
+       "allows"}};
   if (o.lanes.size() == 1) {
     for (auto& [k, v] : runs[0].items()) j[k] = v;  // one lane count: its figures at the top
   } else {
@@ -299,21 +522,28 @@ void register_bench_decode(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--frames", o->frames, "Frames to time per sample")->check(CLI::PositiveNumber);
   sub->add_option("--repeats", o->repeats, "Samples (decode pass + bandwidth); median reported")
       ->check(CLI::Range(1, 100));
-  sub->add_option("--lanes", o->lanes,
-                  "Concurrent sessions (a list, e.g. --lanes 1,2,4,8: run in rotation)")
-      ->delimiter(',')
-      ->check(CLI::Range(1, 4096));
+  auto* lanes = sub->add_option("--lanes", o->lanes,
+                                "Concurrent sessions (a list, e.g. --lanes 1,2,4,8: run in "
+                                "rotation); with --synthetic, sessions of the whole model")
+                    ->delimiter(',')
+                    ->check(CLI::Range(1, 4096));
+  sub->add_option("--context", o->context,
+                  "Positions per guidance branch's cache (0: the config's "
+                  "max_position_embeddings); many lanes of a long-context model need fewer")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--cfg", o->cfg, "paired (batch of 2), separate, or single (no guidance)")
       ->check(CLI::IsMember({"paired", "separate", "single"}));
   sub->add_option("--json", o->json, "Also write the JSON object to this file");
   sub->add_option("--synthetic", o->synthetic,
-                  "Time the backbone step on random weights of this config's geometry, built in "
-                  "the backend's memory (no checkpoint files)")
+                  "Random weights of this config's geometry, built in the backend's memory (no "
+                  "checkpoint files): the backbone step alone, or with --lanes the whole model's "
+                  "sessions")
       ->check(CLI::ExistingFile);
   add_weights_options(*sub, o->weights);
-  sub->callback([&run, o] {
+  sub->callback([&run, o, lanes] {
+    o->lanes_given = lanes->count() > 0;
     run = [o] {
-      if (!o->synthetic.empty())
+      if (!o->synthetic.empty() && !o->lanes_given)
         return run_synthetic_decode(o->synthetic, o->weights.backend, o->frames, o->repeats,
                                     o->json);
       return run_decode(*o);

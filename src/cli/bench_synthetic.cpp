@@ -112,43 +112,60 @@ class SyntheticWeights {
   size_t bytes_ = 0;
 };
 
-ModelWeights synthetic_backbone(SyntheticWeights& s, const Drama3Config& c) {
+// One layer of a transformer stack of geometry `t`: dense (BF16 MLP) or MoE (BF16 router, NVFP4
+// experts of original ids 0..E-1).
+LayerWeights synthetic_layer(SyntheticWeights& s, const TransformerConfig& t, bool dense,
+                             const MoeConfig& moe) {
+  const int64_t H = t.hidden_size, q = t.num_heads * t.head_dim, kv = t.num_kv_heads * t.head_dim;
+  LayerWeights lw;
+  lw.input_norm = s.ones(H);
+  lw.post_attn_norm = s.ones(H);
+  lw.attn.q = s.linear(q, H, WeightFormat::BF16);
+  lw.attn.k = s.linear(kv, H, WeightFormat::BF16);
+  lw.attn.v = s.linear(kv, H, WeightFormat::BF16);
+  lw.attn.o = s.linear(H, q, WeightFormat::BF16);
+  lw.attn.q_norm = s.ones(t.head_dim);
+  lw.attn.k_norm = s.ones(t.head_dim);
+  lw.dense = dense;
+  if (dense) {
+    lw.mlp = {s.linear(t.intermediate_size, H, WeightFormat::BF16),
+              s.linear(t.intermediate_size, H, WeightFormat::BF16),
+              s.linear(H, t.intermediate_size, WeightFormat::BF16)};
+  } else {
+    const int64_t E = moe.num_experts, I = moe.expert_intermediate_size;
+    lw.moe.router = s.linear(E, H, WeightFormat::BF16);
+    for (int64_t e = 0; e < E; ++e) {
+      lw.moe.original_id.push_back(static_cast<int32_t>(e));
+      lw.moe.logit_column.push_back(static_cast<int32_t>(e));
+      lw.moe.experts.push_back({s.linear(I, H, WeightFormat::NVFP4),
+                                s.linear(I, H, WeightFormat::NVFP4),
+                                s.linear(H, I, WeightFormat::NVFP4)});
+    }
+  }
+  return lw;
+}
+
+// The backbone's weights; with `tower`, the tower's too (the whole model but the codec).
+ModelWeights synthetic_model(SyntheticWeights& s, const Drama3Config& c, bool tower) {
   const auto& bb = c.backbone;
-  const int64_t H = bb.hidden_size, q = bb.num_heads * bb.head_dim,
-                kv = bb.num_kv_heads * bb.head_dim;
+  const int64_t H = bb.hidden_size;
   ModelWeights w;
   w.text_embed = s.bf16(c.text.vocab_size * H);
   w.audio_embed = s.bf16(c.audio.num_codebooks * (c.audio.codebook_size + 1) * H);
-  for (int64_t l = 0; l < bb.num_layers; ++l) {
-    LayerWeights lw;
-    lw.input_norm = s.ones(H);
-    lw.post_attn_norm = s.ones(H);
-    lw.attn.q = s.linear(q, H, WeightFormat::BF16);
-    lw.attn.k = s.linear(kv, H, WeightFormat::BF16);
-    lw.attn.v = s.linear(kv, H, WeightFormat::BF16);
-    lw.attn.o = s.linear(H, q, WeightFormat::BF16);
-    lw.attn.q_norm = s.ones(bb.head_dim);
-    lw.attn.k_norm = s.ones(bb.head_dim);
-    lw.dense = c.is_dense_layer(l);
-    if (lw.dense) {
-      lw.mlp = {s.linear(bb.intermediate_size, H, WeightFormat::BF16),
-                s.linear(bb.intermediate_size, H, WeightFormat::BF16),
-                s.linear(H, bb.intermediate_size, WeightFormat::BF16)};
-    } else {
-      const int64_t E = c.moe.num_experts, I = c.moe.expert_intermediate_size;
-      lw.moe.router = s.linear(E, H, WeightFormat::BF16);
-      for (int64_t e = 0; e < E; ++e) {
-        lw.moe.original_id.push_back(static_cast<int32_t>(e));
-        lw.moe.logit_column.push_back(static_cast<int32_t>(e));
-        lw.moe.experts.push_back({s.linear(I, H, WeightFormat::NVFP4),
-                                  s.linear(I, H, WeightFormat::NVFP4),
-                                  s.linear(H, I, WeightFormat::NVFP4)});
-      }
-    }
-    w.backbone.push_back(std::move(lw));
-  }
+  for (int64_t l = 0; l < bb.num_layers; ++l)
+    w.backbone.push_back(synthetic_layer(s, bb, c.is_dense_layer(l), c.moe));
   w.backbone_norm = s.ones(H);
   w.codebook0_head = s.linear(c.audio.codebook_size + 1, H, WeightFormat::BF16);
+  if (tower) {
+    const auto& t = c.tower;
+    const int64_t Ht = t.hidden_size, cs = c.audio.codebook_size;
+    w.tower_input_proj = s.linear(Ht, H, WeightFormat::BF16);
+    for (int64_t l = 0; l < t.num_layers; ++l)
+      w.tower.push_back(synthetic_layer(s, t, true, c.moe));
+    w.tower_norm = s.ones(Ht);
+    for (int64_t k = 1; k < c.audio.num_codebooks; ++k)
+      w.tower_heads.push_back(s.linear(cs, Ht, WeightFormat::BF16));
+  }
   return w;
 }
 
@@ -185,6 +202,25 @@ Ceiling measure_copy(const std::string& backend) {
 
 }  // namespace
 
+struct SyntheticModel::Store {
+  explicit Store(Backend& b) : weights(b) {}
+  SyntheticWeights weights;
+};
+
+SyntheticModel::SyntheticModel(Backend& backend, const Drama3Config& config)
+    : store_(std::make_unique<Store>(backend)) {
+  const auto t0 = Clock::now();
+  weights_ = synthetic_model(store_->weights, config, true);
+  backend.synchronize();
+  build_s_ = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+SyntheticModel::~SyntheticModel() = default;
+
+double SyntheticModel::bytes() const {
+  return store_->weights.bytes();
+}
+
 int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend_options,
                          int64_t steps, int repeats, const std::string& json_path) {
   const Drama3Config c = load_drama3_config(config_path);
@@ -192,7 +228,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   Backend& b = *backend;
   const auto t_build = Clock::now();
   SyntheticWeights synth(b);
-  const ModelWeights w = synthetic_backbone(synth, c);
+  const ModelWeights w = synthetic_model(synth, c, false);
   b.synchronize();
   const double build_s = std::chrono::duration<double>(Clock::now() - t_build).count();
   Backbone backbone(b, c, w);

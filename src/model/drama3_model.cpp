@@ -1,6 +1,7 @@
 #include "model/drama3_model.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "model/lane.h"
 #include "model/moe.h"
@@ -64,10 +65,18 @@ ModelWeights make_resident(Backend& be, const ModelWeights& host, const Drama3Co
 }
 
 Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCapacity capacity)
+    : Drama3Model(checkpoint.config(),
+                  make_resident(backend, checkpoint.weights(), checkpoint.config()), backend,
+                  capacity) {}
+
+Drama3Model::Drama3Model(const Drama3Config& config, ModelWeights resident, Backend& backend,
+                         ModelCapacity capacity)
     : backend_(backend),
-      config_(checkpoint.config()),
+      config_(config),
       capacity_(capacity),
-      resident_(make_resident(backend, checkpoint.weights(), checkpoint.config())),
+      max_positions_(capacity.max_positions > 0 ? capacity.max_positions
+                                                : config.backbone.max_position_embeddings),
+      resident_(std::move(resident)),
       ws_(backend),
       capture_id_([] {
         static std::atomic<uint64_t> next{1};
@@ -75,6 +84,11 @@ Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCa
       }()) {
   if (capacity_.lanes < 1) throw Error("the model needs at least one lane");
   if (capacity_.prefill_chunk < 1) throw Error("the prefill chunk must be at least one row");
+  if (capacity_.max_positions < 0 || max_positions_ > config_.backbone.max_position_embeddings)
+    throw Error("the context of " + std::to_string(capacity_.max_positions) +
+                " positions is outside 1.." +
+                std::to_string(config_.backbone.max_position_embeddings) +
+                " (the model's max_position_embeddings)");
   backbone_ = std::make_unique<Backbone>(backend, config_, resident_);
   tower_ = std::make_unique<Tower>(backend, config_, resident_);
   lanes_.resize(static_cast<size_t>(capacity_.lanes));
@@ -85,8 +99,7 @@ Drama3Model::Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCa
   const int64_t cs = config_.audio.codebook_size, V = std::max(cs + 1, cs);
   const int64_t slots = 2 * L, R = slots + capacity_.prefill_chunk, B = slots;
   backbone_cache_ = std::make_unique<KvPool>(backend, config_.backbone.num_layers, slots,
-                                             config_.backbone.max_position_embeddings,
-                                             backbone_->stack().shape().kv_dim());
+                                             max_positions_, backbone_->stack().shape().kv_dim());
   tower_cache_ =
       std::make_unique<KvPool>(backend, config_.tower.num_layers, slots, K, tower_->kv_dim());
   auto floats = [&](int64_t n) { return backend.alloc(static_cast<size_t>(n) * sizeof(float)); };
@@ -119,11 +132,16 @@ void Drama3Model::set_masked_experts_for_test(const std::vector<std::vector<int3
 }
 
 void Drama3Model::check_prompt(const Prompt& p, const char* which) const {
-  const int64_t limit = config_.backbone.max_position_embeddings;
+  const int64_t limit = max_positions_;
   if (p.rows > limit)
     throw Error(std::string("the ") + which + " prompt has " + std::to_string(p.rows) +
-                " positions, more than the model's max_position_embeddings " +
-                std::to_string(limit) + "; shorten the text or the reference voice");
+                " positions, more than the " + std::to_string(limit) +
+                " positions the model's context holds (" +
+                (limit == config_.backbone.max_position_embeddings
+                     ? std::string("max_position_embeddings")
+                     : "the context chosen at load; max_position_embeddings is " +
+                           std::to_string(config_.backbone.max_position_embeddings)) +
+                "); shorten the text or the reference voice");
   if (p.rows == 0) throw Error(std::string("the ") + which + " prompt is empty");
 }
 
@@ -151,7 +169,7 @@ uint64_t Drama3Model::join(SessionSpec spec) {
   lane.id = next_session_++;
   lane.guide = GuidancePair(spec.uncond.has_value(), spec.options.gamma, spec.options.cfg);
   lane.spec = std::move(spec);
-  const int64_t max_pos = config_.backbone.max_position_embeddings;
+  const int64_t max_pos = max_positions_;
   // Frame t is predicted from position rows - 1 + t, so a branch of `rows` positions can make
   // at most max_pos - rows + 1 frames.
   int64_t limit = lane.spec.options.max_frames;

@@ -48,10 +48,16 @@ struct StepTiming {
 class Drama3Model {
  public:
   Drama3Model(const Checkpoint& checkpoint, Backend& backend, ModelCapacity capacity = {});
+  // Weights already resident on `backend` (the synthetic benchmark builds them there); `config`
+  // and the memory the weights name must outlive the model.
+  Drama3Model(const Drama3Config& config, ModelWeights resident, Backend& backend,
+              ModelCapacity capacity = {});
   ~Drama3Model();
   const Drama3Config& config() const { return config_; }
   Backend& backend() { return backend_; }
   const ModelCapacity& capacity() const { return capacity_; }
+  // Positions a branch's backbone cache holds (capacity().max_positions resolved).
+  int64_t max_positions() const { return max_positions_; }
 
   // --- sessions (call from one thread) ---
   // Takes a free lane for a new session; it starts at the next step. Refuses (drama::Error) a
@@ -102,6 +108,7 @@ class Drama3Model {
   Backend& backend_;
   const Drama3Config& config_;
   const ModelCapacity capacity_;
+  const int64_t max_positions_;
   ModelWeights resident_;
   Workspace ws_;
   std::unique_ptr<Backbone> backbone_;

@@ -347,7 +347,7 @@ std::vector<StepEvent> Drama3Model::step() {
                  " hold NaN or Inf (a corrupted weight?); generation stopped");
       continue;
     }
-    if (c[0] == config_.audio.eos_code) {
+    if (c[0] == config_.audio.eos_code && !l.spec.options.ignore_eos) {
       finish(l, StopReason::Eos, events);
       continue;
     }

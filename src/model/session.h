@@ -20,6 +20,10 @@ struct GenerationOptions {
   float gamma = 1.0f;
   CfgMode cfg = CfgMode::Paired;
   int64_t max_frames = 750;  // the caller derives it from max_duration_s * frame_rate
+  // Benchmarks only (vLLM's ignore_eos): a frame whose codebook 0 is eos_code is reported as a
+  // frame and generation goes on, so a session runs to max_frames whatever the model says.
+  // Never set from a request; the frames after end of speech are not speech.
+  bool ignore_eos = false;
 };
 
 enum class StopReason { Eos, MaxFrames, PositionLimit, Cancelled };
@@ -48,6 +52,11 @@ struct ModelCapacity {
   // Prompt rows prefilled per step, over all joining sessions (docs/model.md: sessions already
   // streaming keep getting a frame every step while a long prompt is prefilled).
   int64_t prefill_chunk = 128;
+  // Positions each guidance branch's backbone cache holds (prompt and frames), like llama.cpp's
+  // --ctx-size or vLLM's max_model_len: 0 means the config's max_position_embeddings, the most
+  // it may be. A lane's cache memory is proportional to it, so many lanes of a long-context
+  // model need a shorter one.
+  int64_t max_positions = 0;
 };
 
 // Counters of the batched step since load.
@@ -57,7 +66,7 @@ struct StepCounters {
   int64_t prefill_rows = 0;
   int64_t max_prefill_rows = 0;  // the most prompt rows one step carried
   int64_t frames = 0;
-  int64_t session_steps = 0;  // sum over steps of the sessions that made a frame in it
+  int64_t session_steps = 0;   // sum over steps of the sessions that made a frame in it
   int64_t replayed_steps = 0;  // steps replayed from captured work (a CUDA graph)
 };
 

@@ -4,6 +4,7 @@
 // prompt rows than the prefill chunk. Checkpoint: configs/tiny.json (NVFP4), seed 1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <random>
@@ -270,6 +271,73 @@ TEST(Sessions, ADecodeStepReadsOnceAndAllocatesNothing) {
   EXPECT_EQ(l.backend->transfers().allocs, at_load.allocs);  // nothing since load
   EXPECT_LE(l.model.counters().max_prefill_rows, 16);
   EXPECT_GT(l.model.counters().prefill_rows, 0);
+}
+
+// ignore_eos (benchmarks): a session that ends at end of speech alone runs on to max_frames with
+// the same frames first, its end-of-speech frame reported as a frame; without it nothing changes.
+TEST(Sessions, IgnoreEosRunsOnWithTheSameFirstFrames) {
+  const auto& dir = tiny_dir();
+  Loaded l(dir, 1, {1, 128});
+  const Drama3Config& c = l.ckpt.config();
+  const int64_t K = c.audio.num_codebooks;
+  int tried = 0;
+  for (uint64_t s = 0; s < 200; ++s) {
+    Request r = make_request(c, s);
+    r.cancel_after = -1;
+    r.spec.options.max_frames = 40;
+    const Outcome stopped = alone(l.model, r);
+    if (stopped.stop != StopReason::Eos) continue;
+    ++tried;
+    r.spec.options.ignore_eos = true;
+    const Outcome on = alone(l.model, r);
+    EXPECT_EQ(on.stop, StopReason::MaxFrames) << "request " << s;
+    ASSERT_EQ(static_cast<int64_t>(on.codes.size()), 40 * K) << "request " << s;
+    const size_t eos_at = stopped.codes.size();
+    EXPECT_TRUE(std::equal(stopped.codes.begin(), stopped.codes.end(), on.codes.begin()))
+        << "request " << s;
+    EXPECT_EQ(on.codes[eos_at], c.audio.eos_code) << "request " << s;
+    if (tried == 3) break;
+  }
+  EXPECT_EQ(tried, 3);  // three requests that end at end of speech within 40 frames
+}
+
+// ModelCapacity::max_positions: a shorter context gives the same frames as the full one until
+// its position limit, stops there (PositionLimit), and refuses a prompt longer than itself; a
+// context over max_position_embeddings is refused at load.
+TEST(Sessions, AShorterContextStopsAtItsLimitWithTheSameFrames) {
+  const auto& dir = tiny_dir();
+  Loaded full(dir, 1, {1, 128});
+  const Drama3Config& c = full.ckpt.config();
+  const int64_t K = c.audio.num_codebooks;
+  Request r = make_request(c, 3);
+  r.cancel_after = -1;
+  r.spec.uncond.reset();
+  r.spec.cond = unconditional_prompt(c, "a context of its own");
+  r.spec.options.max_frames = 30;
+  r.spec.options.ignore_eos = true;
+  const int64_t rows = r.spec.cond.rows, frames = 6;
+  ModelCapacity cap{1, 128};
+  cap.max_positions = rows + frames - 1;  // room for exactly `frames` frames
+  Loaded shorter(dir, 1, cap);
+  EXPECT_EQ(shorter.model.max_positions(), cap.max_positions);
+  const Outcome a = alone(full.model, r), b = alone(shorter.model, r);
+  EXPECT_EQ(a.stop, StopReason::MaxFrames);
+  EXPECT_EQ(b.stop, StopReason::PositionLimit);
+  ASSERT_EQ(static_cast<int64_t>(b.codes.size()), frames * K);
+  EXPECT_TRUE(std::equal(b.codes.begin(), b.codes.end(), a.codes.begin()));
+
+  ModelCapacity tight{1, 128};
+  tight.max_positions = rows - 1;
+  Loaded small(dir, 1, tight);
+  try {
+    small.model.join(r.spec);
+    FAIL() << "a prompt longer than the context joined";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context"), std::string::npos) << e.what();
+  }
+  ModelCapacity over{1, 128};
+  over.max_positions = c.backbone.max_position_embeddings + 1;
+  EXPECT_THROW(Loaded(dir, 1, over), Error);
 }
 
 TEST(Sessions, RefusalsAndAFullModel) {
