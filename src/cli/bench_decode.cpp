@@ -45,6 +45,7 @@ struct DecodeOptions {
   std::vector<int64_t> lanes = {1};
   bool lanes_given = false;  // --synthetic: the lanes bench on the whole model (else the step)
   int64_t context = 0;       // positions per branch cache (0: max_position_embeddings)
+  int64_t prefill_chunk = ModelCapacity{}.prefill_chunk;  // prompt rows per step
   int64_t frames = 32;
   int repeats = 5;
   std::string cfg = "paired";
@@ -270,6 +271,7 @@ int run_decode(const DecodeOptions& o) {
   ModelCapacity cap;
   cap.lanes = max_lanes;
   cap.max_positions = o.context;
+  cap.prefill_chunk = o.prefill_chunk;
   // The model: a checkpoint's, or (--synthetic) random weights built in the backend's memory.
   std::unique_ptr<Checkpoint> ckpt;
   Drama3Config config;
@@ -531,6 +533,10 @@ void register_bench_decode(CLI::App& bench, std::function<int()>& run) {
                   "Positions per guidance branch's cache (0: the config's "
                   "max_position_embeddings); many lanes of a long-context model need fewer")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--prefill-chunk", o->prefill_chunk,
+                  "Prompt rows prefilled per step over all joining sessions (the model's default: "
+                  "128)")
+      ->check(CLI::Range(1, 65536));
   sub->add_option("--cfg", o->cfg, "paired (batch of 2), separate, or single (no guidance)")
       ->check(CLI::IsMember({"paired", "separate", "single"}));
   sub->add_option("--json", o->json, "Also write the JSON object to this file");

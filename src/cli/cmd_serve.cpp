@@ -38,6 +38,7 @@ struct ServeOptions {
   std::string voices;
   int max_queue = 4;
   int lanes = kDefaultLanes;
+  int64_t context = 0;
   int read_timeout_s = 10;
   std::string api_key, api_key_file;
   std::vector<std::string> voice_aliases;
@@ -85,6 +86,7 @@ int run_serve(const ServeOptions& o) {
   eo.weights = o.weights.residency();
   eo.default_cfg = o.cfg == "separate" ? CfgMode::Separate : CfgMode::Paired;
   eo.lanes = o.lanes;
+  eo.context = o.context;
   std::unique_ptr<Engine> engine = load_engine(resolved.dir, eo);
 
   server::ServerOptions so;
@@ -162,6 +164,10 @@ void register_serve(CLI::App& app, Runner& run) {
                   "Generations that run together in one batched step (docs/server.md)")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  sub->add_option("--context", o->context,
+                  "Positions each generation's caches hold, prompt and frames (default 0: the "
+                  "model's max_position_embeddings); KV memory per lane is proportional to it")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--read-timeout", o->read_timeout_s,
                   "Seconds a client may stall while sending a request")
       ->check(CLI::Range(1, 3600))

@@ -64,6 +64,7 @@ class DramaEngine final : public Engine {
     ModelCapacity capacity;
     capacity.lanes = options.lanes;
     capacity.prefill_chunk = options.prefill_chunk;
+    capacity.max_positions = options.context;
     model_ = std::make_unique<Drama3Model>(checkpoint_, *backend_, capacity);
     const auto& audio = checkpoint_.config().audio;
     if (std::filesystem::exists(dir / "codec" / "config.json")) {
@@ -108,36 +109,12 @@ class DramaEngine final : public Engine {
     return r;
   }
 
+  void check(const SpeechRequest& request) const override { (void)session_spec(request); }
+
   SpeechResult generate_codes(const SpeechRequest& request, const CodesSink& sink,
                               const std::atomic<bool>* cancel) override {
-    const Drama3Config& c = checkpoint_.config();
-    if (request.text.empty()) throw UsageError("the text to speak is empty");
-    if (request.text.size() > 4 * 4096 || count_characters(request.text) > 4096)
-      throw UsageError("the text to speak is longer than 4096 characters");
-    if (!(request.gamma >= 0.0f) || !std::isfinite(request.gamma))
-      throw UsageError("guidance gamma must be a finite number >= 0");
     const double t0 = now_s();
-    const bool guided = request.voice && request.gamma != 1.0f;
-    Prompt cond, uncond;
-    if (request.voice) {
-      check_voice(c, *request.voice, codec_sha256());
-      cond = conditional_prompt(c, request.text, *request.voice);
-    } else {
-      cond = unconditional_prompt(c, request.text);
-    }
-    if (guided) uncond = unconditional_prompt(c, request.text);
-    GenerationOptions o;
-    o.seed = request.seed;
-    o.sampling = request.sampling;
-    o.gamma = request.gamma;
-    o.cfg = request.cfg;
-    o.max_frames =
-        static_cast<int64_t>(std::floor(request.max_duration_s * c.audio.frame_rate + 1e-9));
-    if (request.max_frames >= 0) o.max_frames = std::min(o.max_frames, request.max_frames);
-    SessionSpec spec;
-    spec.cond = std::move(cond);
-    if (guided) spec.uncond = std::move(uncond);
-    spec.options = o;
+    SessionSpec spec = session_spec(request);
     spec.cancel = cancel;
     SpeechResult r;
     double first = -1;
@@ -213,6 +190,44 @@ class DramaEngine final : public Engine {
 
   Checkpoint checkpoint_;
   std::unique_ptr<Backend> backend_;
+  // The model's session for a request, or UsageError for one the engine refuses: empty or
+  // over-long text, a bad gamma, a voice of another model or codec, a prompt longer than the
+  // model's context (--context, else max_position_embeddings).
+  SessionSpec session_spec(const SpeechRequest& request) const {
+    const Drama3Config& c = checkpoint_.config();
+    if (request.text.empty()) throw UsageError("the text to speak is empty");
+    if (request.text.size() > 4 * 4096 || count_characters(request.text) > 4096)
+      throw UsageError("the text to speak is longer than 4096 characters");
+    if (!(request.gamma >= 0.0f) || !std::isfinite(request.gamma))
+      throw UsageError("guidance gamma must be a finite number >= 0");
+    const bool guided = request.voice && request.gamma != 1.0f;
+    SessionSpec spec;
+    if (request.voice) {
+      check_voice(c, *request.voice, codec_sha256());
+      spec.cond = conditional_prompt(c, request.text, *request.voice);
+    } else {
+      spec.cond = unconditional_prompt(c, request.text);
+    }
+    if (guided) spec.uncond = unconditional_prompt(c, request.text);
+    const int64_t context = model_->max_positions();
+    if (spec.cond.rows > context)
+      throw UsageError("the text" + std::string(request.voice ? " and the voice" : "") +
+                       " make a prompt of " + std::to_string(spec.cond.rows) +
+                       " positions, more than the " + std::to_string(context) +
+                       " of the model's context (--context; max_position_embeddings " +
+                       std::to_string(c.backbone.max_position_embeddings) +
+                       "); shorten the text or the reference voice");
+    GenerationOptions& o = spec.options;
+    o.seed = request.seed;
+    o.sampling = request.sampling;
+    o.gamma = request.gamma;
+    o.cfg = request.cfg;
+    o.max_frames =
+        static_cast<int64_t>(std::floor(request.max_duration_s * c.audio.frame_rate + 1e-9));
+    if (request.max_frames >= 0) o.max_frames = std::min(o.max_frames, request.max_frames);
+    return spec;
+  }
+
   // Set: speak() pipelines the codec beside the model; null: the codec shares backend_.
   std::unique_ptr<Backend> codec_backend_;
   std::unique_ptr<Drama3Model> model_;

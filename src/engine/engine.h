@@ -61,6 +61,8 @@ struct EngineOptions {
   // allocated for this many at load. More callers wait, in order, for a lane.
   int lanes = 1;
   int prefill_chunk = 128;  // prompt rows per step (docs/model.md)
+  // Positions each generation's caches hold (`--context`; 0: max_position_embeddings).
+  int64_t context = 0;
   // Weights read into process memory (the default) or mapped (`--mmap`): docs/run.md.
   Residency weights = Residency::InMemory;
   CfgMode default_cfg = CfgMode::Paired;
@@ -87,6 +89,9 @@ class Engine {
   // parity tools). speak() is this plus the streaming codec decoder.
   virtual SpeechResult generate_codes(const SpeechRequest& request, const CodesSink& sink,
                                       const std::atomic<bool>* cancel = nullptr) = 0;
+  // Throws UsageError for a request speak() and generate_codes() would refuse (they check it
+  // too): the server calls it before it sends a streamed reply's headers.
+  virtual void check(const SpeechRequest& request) const { (void)request; }
   virtual std::string backend_name() const = 0;
   virtual std::string model_name() const = 0;
   virtual int64_t sample_rate() const = 0;
@@ -107,7 +112,7 @@ std::string engine_device_id(const BackendOptions& options);
 // codec whose codebook size differs from the model's or that has fewer quantizers than the model's
 // codebooks. Requests are refused when text is empty or over 4096 characters, a voice does not
 // match the model (codebook count) or the codec (codec_sha256), or the prompt exceeds the model's
-// max_position_embeddings.
+// context (EngineOptions::context, else max_position_embeddings).
 std::unique_ptr<Engine> load_engine(const std::filesystem::path& checkpoint_dir,
                                     const EngineOptions& options);
 

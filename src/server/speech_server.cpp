@@ -389,6 +389,9 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
     }
   }
   gen->request.voice = gen->voice.get();
+  // What the engine would refuse (a prompt longer than its context, ...) is refused here, with
+  // a 400, before a streamed reply's headers go out.
+  engine_.check(gen->request);
 
   res.set_header("X-Drama-Seed", std::to_string(seed));
   res.set_header("X-Drama-Provenance", options_.provenance);

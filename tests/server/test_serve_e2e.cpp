@@ -306,5 +306,23 @@ TEST_F(ServeEndToEnd, ThreeServersGiveIdenticalBytesAndRefuseCleanly) {
   std::printf("complete audio replies: %d, refusals: %d\n", rc.complete_audio, rc.refusals);
 }
 
+// --context: a prompt longer than the context is refused with one 400 naming it, streamed or
+// whole, before any audio (a streamed reply's headers included); a request that fits is served.
+TEST_F(ServeEndToEnd, AShortContextRefusesALongerPromptBeforeStreaming) {
+  ServerProcess s(args({"--context", "48"}), dir_ / "context.log");
+  ASSERT_TRUE(s.ready()) << s.log_text();
+  const std::string long_text(100, 'a');
+  for (const char* extra : {"", R"(, "stream": true)", R"(, "stream_format": "sse")"}) {
+    Reply r = post(s.port(), "/v1/audio/speech",
+                   R"({"input": ")" + long_text + R"(", "seed": 1)" + std::string(extra) + "}");
+    EXPECT_EQ(r.status, 400) << extra << ": " << r.body.substr(0, 300);
+    EXPECT_NE(r.body.find("context"), std::string::npos) << r.body.substr(0, 300);
+  }
+  Reply fits = post(s.port(), "/v1/audio/speech", speech(0.5));
+  EXPECT_EQ(fits.status, 200) << fits.body.substr(0, 300);
+  EXPECT_FALSE(wav_data(fits.body).empty());
+  EXPECT_EQ(s.terminate(), 0);
+}
+
 }  // namespace
 }  // namespace drama::testing
