@@ -31,7 +31,7 @@ tmp, out, threads = sys.argv[1], sys.argv[2], sys.argv[3:]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
 keep = ("lanes", "batch_rows", "step_ms", "aggregate_frames_per_s", "stream_real_time_factor",
         "weight_bytes_per_step", "effective_gb_s", "fraction_of_read_bandwidth",
-        "first_frame_ms_median", "first_frame_ms_max")
+        "first_frame_ms_median", "first_frame_ms_max", "first_frame_ms_joining_at_load")
 def runs(j):
     return [dict({k: r[k] for k in keep}, read_gb_s=r["memory"]["read_gb_s"]) for r in j["runs"]]
 receipt = {"bench": "lanes", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
