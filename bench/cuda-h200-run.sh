@@ -7,13 +7,13 @@
 # made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity server_test_serve_e2e server_test_serve_lanes \
 #     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py bench/server_latency.py \
-#        bench/thread-scaling.sh DIR/
+#        bench/thread-scaling.sh bench/torch_baselines.py DIR/
 # (e2e also times the bundled drama-mini: DIR/models/drama-mini, else the checkout's models/ two
 # folders up, where DIR is out/gpu of a checkout).
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
-# DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench ncu http say
-# e2e threads health"; the machine facts always run), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
+# DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench lanes torch ncu
+# http say e2e threads health"; the machine facts always run; torch needs bench's receipt), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
 # timing call.
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
@@ -26,7 +26,7 @@ drama=$here/bundle/drama
 tmp=$(mktemp -d)
 export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
-sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench ncu http say e2e threads health}
+sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench lanes torch ncu http say e2e threads health}
 want() { [[ " $sections " == *" $1 "* ]]; }
 # The cpu-bench checkpoint (configs/cpu-bench.json, random weights) in $ck, made once per run:
 # 1.8 GB, too big to carry.
@@ -104,6 +104,58 @@ for case in ("rows1", "rows2_shared", "rows2_disjoint"):
                   "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
 PY
   fi
+  if want lanes; then
+  section "lanes: bench-30b-a3b sessions on synthetic weights, paired (the whole model but the codec)"
+  # Context 256 positions per branch (a 25-frame voice, the text, the frames of a pass) keeps 2 x
+  # 384 KV slots at 19 GB; prefill chunk 4096 rows lets every lane join within a few steps.
+  timeout 420 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
+    --lanes ${DRAMA_LANES:-1,64,128,256,384} --context 256 --prefill-chunk 4096 --frames 16 \
+    --repeats 3 --json "$out/lanes-h200.json" >/dev/null
+  echo "lanes exit $?"
+  python3 - "$out/lanes-h200.json" <<'PY' || true
+import json, sys
+j = json.load(open(sys.argv[1]))
+for r in j["runs"]:
+    l = r["limit"]
+    print("lanes %4d rows %4d step %8.2f ms (backbone %.2f, tower %.2f) rtf %6.2f agg %7.0f fr/s "
+          "first %.0f/%.0f ms, joining %.1f ms; limit %.2f ms (bytes %.2f, flops %s)" % (
+        r["lanes"], r["batch_rows"], r["step_ms"], r["backbone_ms_per_step"], r["tower_ms_per_step"],
+        r["stream_real_time_factor"], r["aggregate_frames_per_s"], r["first_frame_ms_median"],
+        r["first_frame_ms_max"], r["first_frame_ms_joining_at_load"], l["step_ms"], l["bytes_ms"],
+        "%.2f" % l["flops_ms"] if "flops_ms" in l else "-"))
+print("most streams faster than real time:", j["most_streams_faster_than_real_time"],
+      "limit:", j["limit_streams_faster_than_real_time"])
+PY
+  fi
+  if want torch; then
+  section "PyTorch baselines (transformers eager BF16, plain PyTorch in a CUDA graph), same geometry"
+  timeout 420 python3 "$here/torch_baselines.py" --config "$here/configs/bench-30b-a3b.json" \
+    --json "$out/torch-baselines-h200.json" 2>&1 | tail -8
+  echo "torch exit ${PIPESTATUS[0]}"
+  # Side by side with this run's drama step (decode-h200.json): each baseline over drama.
+  python3 - "$out/decode-h200.json" "$out/torch-baselines-h200.json" "$out/decode-vs-torch-h200.json" <<'PY' || true
+import json, sys
+d, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+steps = d["backbone_step"]
+drama = {1: steps["batch1_graph"]["per_step_ms"], 2: steps["paired_batch2_graph"]["per_step_ms"]}
+rows = []
+for r in t["runs"]:
+    if "ms_per_step" not in r:
+        continue
+    rows.append({"impl": r["impl"], "mode": r["mode"], "batch": r["batch"], "ms_per_step": r["ms_per_step"],
+                 "drama_ms_per_step": drama[r["batch"]], "ratio_to_drama": r["ms_per_step"] / drama[r["batch"]]})
+    print("%-6s batch %d %9.3f ms vs drama %.3f ms: x%.1f" % (r["impl"], r["batch"], r["ms_per_step"],
+                                                              drama[r["batch"]], r["ms_per_step"] / drama[r["batch"]]))
+json.dump({"bench": "decode-vs-torch", "config": t["config"], "device": t["device"],
+           "drama": {"batch1_graph_ms": drama[1], "paired_batch2_graph_ms": drama[2],
+                     "copy_gb_s": d["ceiling"]["copy_gb_s"]},
+           "torch": {"version": t["torch"], "copy_gb_s": t["copy_gb_s"]}, "runs": rows,
+           "note": "one device call: drama's graphed backbone step (decode-h200.json) and the "
+                   "PyTorch baselines (torch-baselines-h200.json), each beside its copy "
+                   "bandwidth measured in the same process"},
+          open(sys.argv[3], "w"), indent=1)
+PY
+  fi
   if want ncu; then
   section "Nsight Compute: the grouped expert kernels (grouping, gate/up, down) of one layer"
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -140,7 +192,8 @@ vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"
 machine = dict(zip(q.split(","), vals))
 machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
-for name in ("contract-h200.json", "contract-v1-h200.json", "decode-h200.json"):
+for name in ("contract-h200.json", "contract-v1-h200.json", "decode-h200.json", "lanes-h200.json",
+             "decode-vs-torch-h200.json"):
     path = os.path.join(sys.argv[1], name)
     if os.path.exists(path):
         j = json.load(open(path))
