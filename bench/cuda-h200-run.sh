@@ -108,9 +108,13 @@ PY
   section "lanes: bench-30b-a3b sessions on synthetic weights, paired (the whole model but the codec)"
   # Context 256 positions per branch (a 25-frame voice, the text, the frames of a pass) keeps 2 x
   # 384 KV slots at 19 GB; prefill chunk 4096 rows lets every lane join within a few steps.
+  # --stop-below-real-time: lane counts in increasing order up to the first whose streams are
+  # slower than real time (the 09:33 run of 2026-12-03 timed every count of 1,64,...,384 three
+  # times and ran past its 420 s: each pass prefills every lane's prompt).
   timeout 420 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
-    --lanes ${DRAMA_LANES:-1,64,128,256,384} --context 256 --prefill-chunk 4096 --frames 16 \
-    --repeats 3 --json "$out/lanes-h200.json" >/dev/null
+    --lanes ${DRAMA_LANES:-1,16,32,48,64,96,128,192,256,384} --stop-below-real-time --context 256 \
+    --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
+    --json "$out/lanes-h200.json" >/dev/null
   echo "lanes exit $?"
   python3 - "$out/lanes-h200.json" <<'PY' || true
 import json, sys
@@ -123,6 +127,8 @@ for r in j["runs"]:
         r["stream_real_time_factor"], r["aggregate_frames_per_s"], r["first_frame_ms_median"],
         r["first_frame_ms_max"], r["first_frame_ms_joining_at_load"], l["step_ms"], l["bytes_ms"],
         "%.2f" % l["flops_ms"] if "flops_ms" in l else "-"))
+print("skipped (a smaller count was already slower than real time):",
+      j.get("lanes_skipped_below_real_time"))
 print("most streams faster than real time:", j["most_streams_faster_than_real_time"],
       "limit:", j["limit_streams_faster_than_real_time"])
 PY

@@ -48,6 +48,7 @@ struct DecodeOptions {
   int64_t prefill_chunk = ModelCapacity{}.prefill_chunk;  // prompt rows per step
   int64_t frames = 32;
   int repeats = 5;
+  bool stop_below_real_time = false;  // lane counts after the first slower than real time: skipped
   std::string cfg = "paired";
   std::string json;
   std::string synthetic;  // a config file: random weights in the backend's memory
@@ -326,8 +327,15 @@ int run_decode(const DecodeOptions& o) {
   base.options.cfg = o.cfg == "separate" ? CfgMode::Separate : CfgMode::Paired;
   base.options.sampling = {0.9f, 50, 1.0f};
 
-  // Warm-up: page in the weights, and capture each lane count's step (CUDA: its graph).
-  for (int64_t lanes : o.lanes) decode_pass(model, lanes, 2, base);
+  // Each lane count is warmed up (the weights paged in, its step captured: CUDA's graph) just
+  // before its first sample. With --stop-below-real-time the lane counts are taken in increasing
+  // order and those after the first whose streams are slower than real time are not run (more
+  // lanes only make every stream slower): a search for the most streams that costs one slow pass.
+  std::vector<int64_t> lane_counts = o.lanes, skipped_lanes;
+  if (o.stop_below_real_time) {
+    std::sort(lane_counts.begin(), lane_counts.end());
+    lane_counts.erase(std::unique(lane_counts.begin(), lane_counts.end()), lane_counts.end());
+  }
   struct Sample {
     StepTiming t;
     std::vector<double> first_frame_s;
@@ -356,15 +364,18 @@ int run_decode(const DecodeOptions& o) {
     return probe->measure();
   };
   std::map<int64_t, std::vector<Sample>> samples;
+  const auto bench_t0 = Clock::now();
   // Lane counts in rotation within each repeat, so all see the same machine conditions.
   for (int rep = 0; rep < o.repeats; ++rep) {
-    for (int64_t lanes : o.lanes) {
+    for (size_t li = 0; li < lane_counts.size(); ++li) {
+      const int64_t lanes = lane_counts[li];
+      if (rep == 0) decode_pass(model, lanes, 2, base);  // the warm-up
       Sample sm;
       PassResult pass = decode_pass(model, lanes, o.frames, base);
       sm.t = pass.timing;
       sm.first_frame_s = std::move(pass.first_frame_s);
       std::sort(sm.first_frame_s.begin(), sm.first_frame_s.end());
-      if (rep == 0 && lanes == o.lanes.front()) {
+      if (rep == 0 && li == 0) {
         // Peak resident memory of loading and decoding, read before the bandwidth buffers (1 GiB)
         // exist. It counts the checkpoint pages mapped and touched (file-backed, shared with the
         // page cache) and the process's own allocations.
@@ -380,7 +391,19 @@ int run_decode(const DecodeOptions& o) {
       sm.step_s = (sm.t.backbone_s + sm.t.tower_s) / steps;
       sm.eff = static_cast<double>(sm.t.decode_weight_bytes) / steps / sm.step_s / 1e9;
       sm.fraction = sm.eff / sm.bw["read_gb_s"].get<double>();
+      const bool slower_than_real_time = sm.step_s * c.audio.frame_rate > 1.0;
+      // Progress on stderr (a run cut short by a timeout still shows what it measured).
+      std::fprintf(stderr,
+                   "bench decode: repeat %d, %lld lanes: %.3f ms a step, %.1f s of passes\n",
+                   rep + 1, static_cast<long long>(lanes), sm.step_s * 1e3,
+                   std::chrono::duration<double>(Clock::now() - bench_t0).count());
       samples[lanes].push_back(std::move(sm));
+      if (rep == 0 && o.stop_below_real_time && slower_than_real_time) {
+        skipped_lanes.assign(lane_counts.begin() + static_cast<std::ptrdiff_t>(li) + 1,
+                             lane_counts.end());
+        lane_counts.resize(li + 1);
+        break;
+      }
     }
   }
   nlohmann::json runs = nlohmann::json::array();
@@ -397,7 +420,7 @@ int run_decode(const DecodeOptions& o) {
     bool experts_counted = true;
     double copy_per_s = 0, flops_per_s = 0;
   } limit_inputs;
-  for (int64_t lanes : o.lanes) {
+  for (int64_t lanes : lane_counts) {
     // The sample with the median step time speaks for the run; every sample is listed.
     std::vector<const Sample*> order;
     for (const auto& sm : samples[lanes]) order.push_back(&sm);
@@ -474,6 +497,7 @@ int run_decode(const DecodeOptions& o) {
       {"context_positions", model.max_positions()},
       {"prefill_chunk", model.capacity().prefill_chunk},
       {"most_streams_faster_than_real_time", most_streams},
+      {"lanes_skipped_below_real_time", skipped_lanes},
       {"limit_streams_faster_than_real_time", streams_limit},
       {"weights", o.weights.mmap ? "mapped (--mmap)" : "in memory"},
       {"cfg", o.cfg},
@@ -500,7 +524,8 @@ int run_decode(const DecodeOptions& o) {
        "per token, attention over the positions, the tower's K positions). "
        "most_streams_faster_than_real_time: the most lanes measured whose streams each make a "
        "frame within one frame of audio; limit_streams_faster_than_real_time: the most the limit "
-       "allows"}};
+       "allows; lanes_skipped_below_real_time: with --stop-below-real-time, the lane counts "
+       "not run because a smaller one was already slower than real time"}};
   if (o.lanes.size() == 1) {
     for (auto& [k, v] : runs[0].items()) j[k] = v;  // one lane count: its figures at the top
   } else {
@@ -529,6 +554,9 @@ void register_bench_decode(CLI::App& bench, std::function<int()>& run) {
                                 "rotation); with --synthetic, sessions of the whole model")
                     ->delimiter(',')
                     ->check(CLI::Range(1, 4096));
+  sub->add_flag("--stop-below-real-time", o->stop_below_real_time,
+                "With several --lanes: take them in increasing order and skip those after the "
+                "first whose streams are slower than real time");
   sub->add_option("--context", o->context,
                   "Positions per guidance branch's cache (0: the config's "
                   "max_position_embeddings); many lanes of a long-context model need fewer")

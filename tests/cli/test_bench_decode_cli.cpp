@@ -1,0 +1,54 @@
+// `drama bench decode --synthetic ... --lanes LIST --stop-below-real-time` through the binary: the
+// lane counts run in increasing order, and those after the first whose streams are slower than
+// real time are listed as skipped, not run. What is asserted holds whatever the machine's speed:
+// which count is the first slow one is the machine's, the order and the bookkeeping are not.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "support/drama_cli.h"
+#include "support/scratch_dir.h"
+
+namespace drama {
+namespace {
+
+using testing::quote;
+using testing::run_drama;
+
+TEST(BenchDecodeCli, StopBelowRealTimeRunsLanesInIncreasingOrderAndListsTheSkippedOnes) {
+  testing::ScratchDir dir("bench-decode-cli");
+  const std::string config = std::string(std::getenv("DRAMA_SOURCE_DIR")) + "/configs/tiny.json";
+  // 1024 lanes of the tiny model take about 140 ms a step on two cores (12.5 frames/s needs 80):
+  // usually the first slow count, so 4096 is skipped; on a faster machine 4096 runs instead.
+  const testing::CliResult r = run_drama(
+      "bench decode --synthetic " + quote(config) +
+          " --lanes 4096,1,1024,1 --stop-below-real-time --frames 1 --repeats 1 --context 128"
+          " --prefill-chunk 65536 --threads 2 --json out.json",
+      dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(dir / "out.json"));
+  std::vector<int64_t> run,
+      skipped = j.at("lanes_skipped_below_real_time").get<std::vector<int64_t>>();
+  for (const auto& x : j.at("runs")) run.push_back(x.at("lanes").get<int64_t>());
+  ASSERT_FALSE(run.empty());
+  EXPECT_TRUE(std::is_sorted(run.begin(), run.end()));
+  EXPECT_EQ(std::set<int64_t>(run.begin(), run.end()).size(), run.size()) << "1 given twice";
+  std::vector<int64_t> all = run;
+  all.insert(all.end(), skipped.begin(), skipped.end());
+  EXPECT_EQ(all, (std::vector<int64_t>{1, 1024, 4096}));
+  const auto& runs = j.at("runs");
+  for (size_t i = 0; i + 1 < runs.size(); ++i)
+    EXPECT_GE(runs[i].at("stream_real_time_factor").get<double>(), 1.0)
+        << "a count slower than real time was followed by another";
+  if (!skipped.empty()) {
+    EXPECT_LT(runs.back().at("stream_real_time_factor").get<double>(), 1.0)
+        << "counts were skipped after one faster than real time";
+  }
+  // A sample's progress line on stderr per lane count run.
+  EXPECT_EQ(testing::count_lines(r.err), static_cast<int>(run.size())) << r.err;
+}
+
+}  // namespace
+}  // namespace drama
