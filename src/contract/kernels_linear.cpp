@@ -210,6 +210,158 @@ Limit linear_bf16_limit() {
   return linear_limit(false);
 }
 
+// rms_norm_linears: xn = rms_norm(x, g) (relative rho = gamma_dim / 2 + 6u per element, as
+// rms_norm), then y_j = W_j xn. The products carry linear's (gamma_{k+2} + 2^-18) sum|w xn| on
+// the values they see, and xn's own error adds rho sum|w xn|: per element
+// |y - ref| <= ((gamma_{k+2} + 2^-18)(1 + rho) + rho) sum|w xn|. NMSE limit 32 k u^2 + 4 rho^2.
+// Output per row: y_0, y_1, ... side by side. Twin: xn rounded to float16 (2^-12 relative, over
+// rho for dim <= 4096), to bfloat16 (2^-9) for the wider row, where rho exceeds float16's step.
+// Planted fault: the products see x normed without its weight g (the real kernels, unit g).
+// One case's row is wider than 64 KB (dim 16640), which the CUDA kernel leaves to the separate
+// calls: both paths are checked.
+std::vector<KernelCase> rms_norm_linears_cases(uint64_t seed, Fault fault) {
+  struct Shape {
+    int64_t rows, dim;
+    std::vector<int64_t> outs;
+    bool nvfp4;
+  };
+  const Shape shapes[] = {{1, 256, {64, 32, 32}, false}, {5, 512, {128, 16}, false},
+                          {9, 2048, {40, 8, 8}, false},  {20, 1024, {24, 8}, false},
+                          {6, 1024, {32, 16, 16}, true}, {2, 16640, {8}, false}};
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    const Shape& sh = shapes[s];
+    Rng rng(seed * 37 + s);
+    auto x = std::make_shared<std::vector<float>>(rng.normals(sh.rows * sh.dim, 0.0, 3.0));
+    std::vector<float> gf = rng.normals(sh.dim, 1.0, 0.2);
+    auto g = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(gf));
+    auto nv = std::make_shared<std::vector<Nvfp4Matrix>>();
+    auto bf = std::make_shared<std::vector<Bf16Matrix>>();
+    for (int64_t m : sh.outs) {
+      if (sh.nvfp4)
+        nv->push_back(random_nvfp4(rng, m, sh.dim));
+      else
+        bf->push_back(random_bf16(rng, m, sh.dim, 1.0 / std::sqrt(double(sh.dim))));
+    }
+    const double eps = 1e-6;
+    const double rho = gamma32(double(sh.dim)) / 2 + 6 * kU32;
+    const double lin = gamma32(double(sh.dim + 2)) + std::ldexp(1.0, -18);
+    int64_t width = 0;
+    for (int64_t m : sh.outs) width += m;
+    KernelCase c;
+    c.label = std::string(sh.nvfp4 ? "nvfp4" : "bf16") + " rows=" + std::to_string(sh.rows) +
+              " dim=" + std::to_string(sh.dim) + " outs=";
+    for (size_t j = 0; j < sh.outs.size(); ++j)
+      c.label += (j ? "+" : "") + std::to_string(sh.outs[j]);
+    c.rows = sh.rows;
+    c.row_elems = width;
+    std::vector<double> wnorms;
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      const float* xr = x->data() + r * sh.dim;
+      double ss = 0;
+      for (int64_t d = 0; d < sh.dim; ++d) ss += double(xr[d]) * xr[d];
+      const double inv = 1.0 / std::sqrt(ss / double(sh.dim) + eps);
+      std::vector<double> xn(sh.dim);
+      for (int64_t d = 0; d < sh.dim; ++d) xn[d] = xr[d] * inv * bf16_to_f32((*g)[d]);
+      for (size_t j = 0; j < sh.outs.size(); ++j) {
+        const std::vector<double>& w = sh.nvfp4 ? (*nv)[j].w : (*bf)[j].w;
+        for (int64_t o = 0; o < sh.outs[j]; ++o) {
+          double ref = 0, deg = 0, mag = 0;
+          for (int64_t i = 0; i < sh.dim; ++i) {
+            const double wv = w[o * sh.dim + i];
+            ref += wv * xn[i];
+            deg += wv * (sh.dim <= 4096 ? to_f16(xn[i])
+                                        : double(bf16_to_f32(f32_to_bf16(float(xn[i])))));
+            mag += std::fabs(wv * xn[i]);
+          }
+          c.reference.push_back(ref);
+          c.degraded.push_back(deg);
+          c.atol.push_back((lin * (1 + rho) + rho) * mag);
+        }
+      }
+    }
+    c.nmse_limit = 32.0 * double(sh.dim) * kU32 * kU32 + 4 * rho * rho;
+    c.input_norms = {l2(*x), l2(gf)};
+    for (const auto& m : *nv) c.input_norms.push_back(l2(m.w));
+    for (const auto& m : *bf) c.input_norms.push_back(l2(m.w));
+    c.run = [x, g, nv, bf, sh, width, eps, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      const size_t k = sh.outs.size();
+      std::vector<std::vector<float>> ys(k);
+      {
+        DeviceCopies d(b);
+        std::vector<LinearWeight> w;
+        std::vector<float*> y;
+        for (size_t j = 0; j < k; ++j) {
+          w.push_back(d.weight(sh.nvfp4 ? (*nv)[j].view() : (*bf)[j].view()));
+          ys[j].assign(static_cast<size_t>(n * sh.outs[j]), 0.0f);
+          y.push_back(d.output(ys[j].data(), ys[j].size()));
+        }
+        std::vector<const LinearWeight*> wp;
+        for (const LinearWeight& l : w) wp.push_back(&l);
+        const float* xd = d.in(x->data() + r0 * sh.dim, static_cast<size_t>(n * sh.dim));
+        const std::vector<float> xn_host(static_cast<size_t>(n * sh.dim));
+        float* xn = d.in(xn_host.data(), xn_host.size());  // scratch
+        const float e = static_cast<float>(eps);
+        if (fault == Fault::NormWeightSkipped) {
+          const std::vector<uint16_t> ones(static_cast<size_t>(sh.dim), f32_to_bf16(1.0f));
+          b.rms_norm(xd, d.in(ones), n, sh.dim, e, xn);
+          for (size_t j = 0; j < k; ++j) b.linear(w[j], xn, n, y[j]);
+        } else {
+          b.rms_norm_linears(xd, d.in(*g), n, sh.dim, e, xn, wp.data(), y.data(),
+                             static_cast<int64_t>(k));
+        }
+        d.finish();
+      }
+      std::vector<float> host(static_cast<size_t>(n * width));
+      for (int64_t r = 0; r < n; ++r) {
+        int64_t at = r * width;
+        for (size_t j = 0; j < k; ++j)
+          for (int64_t o = 0; o < sh.outs[j]; ++o) host[at++] = ys[j][r * sh.outs[j] + o];
+      }
+      stage(b, out, host.data(), n * width);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+Limit rms_norm_linears_limit() {
+  // A layer's input norm and its q, k, v products at the bench-30b-a3b geometry, one row.
+  const int64_t dim = 2048, outs[] = {4096, 512, 512};
+  Limit l;
+  l.size = "rows=1 dim=2048 outs=4096+512+512 bf16";
+  l.bytes = double(dim * (4096 + 512 + 512) * 2);
+  l.factor = 4.0;
+  l.floor_s = 2e-4;
+  l.time_call = [=](Backend& b) {
+    Rng rng(9);
+    std::vector<float> x = rng.normals(dim);
+    std::vector<uint16_t> g(static_cast<size_t>(dim), f32_to_bf16(1.0f));
+    std::vector<Bf16Matrix> m(3);
+    std::vector<LinearWeight> w;
+    std::vector<std::unique_ptr<DeviceBuffer>> ys;
+    for (int j = 0; j < 3; ++j) {
+      m[j].out = outs[j];
+      m[j].in = dim;
+      m[j].data.assign(size_t(outs[j] * dim), f32_to_bf16(0.01f));
+      w.push_back(b.resident(m[j].view()));
+      ys.push_back(b.alloc(size_t(outs[j]) * 4));
+    }
+    const LinearWeight* wp[3] = {&w[0], &w[1], &w[2]};
+    float* yp[3] = {ys[0]->f32(), ys[1]->f32(), ys[2]->f32()};
+    auto xb = b.alloc(x.size() * 4), xn = b.alloc(x.size() * 4), gb = b.alloc(g.size() * 2);
+    b.upload(xb->data(), x.data(), x.size() * 4);
+    b.upload(gb->data(), g.data(), g.size() * 2);
+    const uint16_t* gd = static_cast<const uint16_t*>(gb->data());
+    return median_seconds(7, [&] {
+      b.rms_norm_linears(xb->f32(), gd, 1, dim, 1e-6f, xn->f32(), wp, yp, 3);
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
 // Dequantize: e2m1 * e4m3 is exact in float32 and one multiply by scale_2 rounds once, so the
 // correctly rounded product is the only right answer: exact mode. Twin: float16 output. Planted
 // fault: each block dequantized with its neighbour's scale (the real kernel on rotated scales).

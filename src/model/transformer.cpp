@@ -43,10 +43,9 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   float* att = ws.f32(Buf::kAttnOut, rows * qd);
   float* proj = ws.f32(Buf::kProj, rows * H);
 
-  be.rms_norm(x, w.input_norm, rows, H, s.eps, xn);
-  ws.linear(w.attn.q, xn, rows, q);
-  ws.linear(w.attn.k, xn, rows, k);
-  ws.linear(w.attn.v, xn, rows, v);
+  // The input norm and the q, k, v products (one launch on a GPU).
+  ws.rms_norm_linears(x, w.input_norm, rows, H, s.eps, xn, {&w.attn.q, &w.attn.k, &w.attn.v},
+                      {q, k, v});
   // QK-norm (an RMS norm over each head's head_dim values), rotary, and k and v into the cache.
   be.qk_norm_rope_cache(q, k, v, rows, s.heads, s.kv_heads, s.head_dim, w.attn.q_norm,
                         w.attn.k_norm, s.eps, t.positions, s.theta, t.kv_row, cache.k(layer),

@@ -111,6 +111,12 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   w = warp_sum(w);
   return w;
 }
+// 1 / sqrt(mean + eps) of a row's float64 sum of squares: every RMS norm of the backend
+// (rms_norm, qk_norm_rope_cache, rms_norm_linears) rounds through this one expression.
+__device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, float eps) {
+  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
+  return 1.0f / sqrtf(mean + eps);
+}
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   v = warp_max(v);
