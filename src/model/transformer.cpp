@@ -68,6 +68,18 @@ void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t row
   ws.linear(w.down, a, rows, out);
 }
 
+void normed_swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* x, const uint16_t* norm,
+                       float eps, float* xn, int64_t rows, float* out, Buf gate_buf, Buf up_buf,
+                       Buf act_buf) {
+  const int64_t inter = w.gate.out;
+  float* g = ws.f32(gate_buf, rows * inter);
+  float* u = ws.f32(up_buf, rows * inter);
+  float* a = ws.f32(act_buf, rows * inter);
+  ws.rms_norm_linears(x, norm, rows, w.gate.in, eps, xn, {&w.gate, &w.up}, {g, u});
+  ws.backend().swiglu(g, u, rows * inter, a);
+  ws.linear(w.down, a, rows, out);
+}
+
 LayerStack::LayerStack(Backend& backend, const TransformerShape& shape,
                        std::vector<LayerWeights> layers, const MoeConfig* moe)
     : shape_(shape), layers_(std::move(layers)) {
@@ -86,11 +98,11 @@ void LayerStack::forward(Workspace& ws, float* x, int64_t rows, const RowTables&
     attention_sublayer(ws, shape_, w, l, x, rows, t, cache);
     float* xn = ws.f32(Buf::kNormed, rows * H);
     float* out = ws.f32(Buf::kMlpOut, rows * H);
-    be.rms_norm(x, w.post_attn_norm, rows, H, shape_.eps, xn);
     if (moe_[l])
-      moe_[l]->forward(ws, xn, rows, H, out);
+      moe_[l]->forward(ws, x, w.post_attn_norm, shape_.eps, xn, rows, H, out);
     else
-      swiglu_mlp(ws, w.mlp, xn, rows, out, Buf::kGate, Buf::kUp, Buf::kAct);
+      normed_swiglu_mlp(ws, w.mlp, x, w.post_attn_norm, shape_.eps, xn, rows, out, Buf::kGate,
+                        Buf::kUp, Buf::kAct);
     be.add(out, rows * H, x);
   }
 }

@@ -48,8 +48,9 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
 // products' column blocks back to back (block0[j] is product j's first); a block of 256 threads
 // normalizes each tile of up to `tile` rows into shared memory exactly as rms_norm_kernel does a
 // row (thread t squares d = t, t + 256, ... in float64 in increasing d, block_sum's tree over 8
-// warps, inv_rms, (x * inv) * w), then each warp runs linear_kernel's dot products for its column
-// over those values: the bits of rms_norm followed by linear.
+// warps, inv_rms, (x * inv) * w) and stores its slice of them into xn, then each warp runs
+// linear_kernel's dot products for its column over those values: the bits of rms_norm followed by
+// linear.
 constexpr int kMaxNormLinears = 4;
 struct NormLinears {
   const void* data[kMaxNormLinears];
@@ -64,7 +65,7 @@ struct NormLinears {
 template <WeightFormat Format, int Tile>
 __global__ void rms_norm_linears_kernel(NormLinears p, const float* __restrict__ x,
                                         const uint16_t* __restrict__ norm_w, int64_t rows,
-                                        int64_t dim, float eps, int tile) {
+                                        int64_t dim, float eps, int tile, float* __restrict__ xn) {
   pdl_entry();
   extern __shared__ float normed[];  // [tile, dim]
   __shared__ double scratch[32];
@@ -86,6 +87,12 @@ __global__ void rms_norm_linears_kernel(NormLinears p, const float* __restrict__
         normed[rr * dim + d] = (xr[d] * inv) * bf16_to_f32(norm_w[d]);
     }
     __syncthreads();
+    // xn: every block stores its own slice of the tile's normed rows.
+    const int64_t per = (dim + gridDim.x - 1) / gridDim.x, d0 = blockIdx.x * per;
+    const int64_t d1 = d0 + per < dim ? d0 + per : dim;
+    for (int rr = 0; rr < nt; ++rr)
+      for (int64_t d = d0 + threadIdx.x; d < d1; d += blockDim.x)
+        xn[(t0 + rr) * dim + d] = normed[rr * dim + d];
     if (active) {
       for (int r0 = 0; r0 < nt; r0 += Tile) {
         const int nr = nt - r0 < Tile ? nt - r0 : Tile;
@@ -159,8 +166,8 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
 }
 
 bool launch_rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                             float eps, const LinearWeight* const* w, float* const* y, int64_t n,
-                             cudaStream_t stream) {
+                             float eps, float* xn, const LinearWeight* const* w, float* const* y,
+                             int64_t n, cudaStream_t stream) {
   // The normed tile: at most kSharedBytes of rows (opted into above the default 48 KB).
   constexpr int64_t kSharedBytes = 64 * 1024;
   if (n < 1 || n > kMaxNormLinears || dim % 4 != 0 || dim * 4 > kSharedBytes) return false;
@@ -194,7 +201,7 @@ bool launch_rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t row
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(shared)),
           "cudaFuncSetAttribute (rms_norm_linears shared memory)");
-  launch(kernel, grid, threads, shared, stream, p, x, norm_w, rows, dim, eps, tile);
+  launch(kernel, grid, threads, shared, stream, p, x, norm_w, rows, dim, eps, tile, xn);
   if (timing_kernels()) {
     std::string name = std::string("rms_norm_linears ") +
                        (w[0]->format == WeightFormat::NVFP4 ? "nvfp4 " : "bf16 ") +
@@ -228,7 +235,7 @@ void CudaBackend::rms_norm_linears(const float* x, const uint16_t* norm_w, int64
                                    float* const* y, int64_t n) {
   // Shapes the fused kernel does not take (more products, a row over 48 KB, mixed formats) run
   // as the separate calls.
-  if (!launch_rms_norm_linears(x, norm_w, rows, dim, eps, w, y, n, stream_))
+  if (!launch_rms_norm_linears(x, norm_w, rows, dim, eps, xn, w, y, n, stream_))
     Backend::rms_norm_linears(x, norm_w, rows, dim, eps, xn, w, y, n);
 }
 
