@@ -16,18 +16,19 @@ namespace {
 
 constexpr int kMaxTopk = 64;
 
-// One warp per row (a block of 32 threads: no block-wide barrier anywhere; Nsight Compute put
-// the 1024-thread form's 8.4 us in barrier stalls). Every value has the bits of the plain
-// sequential form: the exp terms are computed in parallel but summed by one lane in increasing
-// original id (so a pruned layer gives bitwise the probabilities of the unpruned one with -inf
-// logits: adding +0 changes nothing); top-k is the total order (higher probability, then lower
-// original id), taken as k rounds of a warp arg-max (each lane's best untaken expert, then a
-// butterfly of (probability, id) comparisons: the maximum of a total order is the same in any
-// reduction order). A row holding NaN has no total order; it gets the first k stored experts (k
-// distinct valid indices, weights NaN: the frame's non-finite flag reports it). The id rank of an
-// expert is its stored index when the stored ids increase (every checkpoint's layout), else the
-// count of smaller ids.
-constexpr int kRouteMaxStored = 32 * 64;  // a lane's taken experts fit one 64-bit mask
+// One block of kRouteThreads per row. Every value has the bits of the plain sequential form: the
+// exp terms are computed in parallel but summed by one thread in increasing original id (so a
+// pruned layer gives bitwise the probabilities of the unpruned one with -inf logits: adding +0
+// changes nothing); top-k is the total order (higher probability, then lower original id): an
+// expert's rank is the number of experts that beat it, so each expert is ranked on its own and
+// the k best land in rank order, the same experts in the same order as k rounds of an arg-max. A
+// row holding NaN has no total order; it gets the first k stored experts (k distinct valid indices,
+// weights NaN: the frame's non-finite flag reports it).
+// The counts behind both ranks are split over kRouteLanes threads per expert (integer sums: any
+// order gives the same count), so the block's longest loop is n_stored / kRouteLanes steps.
+constexpr int kRouteThreads = 1024;
+constexpr int kRouteLanes = 8;
+constexpr int kRouteGroups = kRouteThreads / kRouteLanes;
 
 __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logit_stride,
                                   const int32_t* __restrict__ logit_column,
@@ -39,36 +40,44 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
   float* prob = shared;                                         // [n_stored] by stored index
   float* by_id = prob + n_stored;                               // [n_stored] exp terms by id rank
   int32_t* oid = reinterpret_cast<int32_t*>(by_id + n_stored);  // [n_stored] original ids
+  __shared__ float max_part[32];
   __shared__ int32_t chosen[kMaxTopk];
-  constexpr unsigned kAll = 0xffffffffu;
-  const int lane = static_cast<int>(threadIdx.x);
+  __shared__ float total;
+  __shared__ int unordered;
   const int64_t r = blockIdx.x;
   const float* l = logits + r * logit_stride;
+  if (threadIdx.x == 0) unordered = 0;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) chosen[j] = -1;
   float max = -__int_as_float(0x7f800000);
-  for (int64_t s = lane; s < n_stored; s += 32) {
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
     oid[s] = original_id[s];
     prob[s] = l[logit_column[s]];
     max = fmaxf(max, prob[s]);
   }
-  max = warp_max(max);
-  __syncwarp();
-  bool increasing = true;
-  for (int64_t s = lane; s + 1 < n_stored; s += 32) increasing = increasing && oid[s] < oid[s + 1];
-  increasing = __all_sync(kAll, increasing);
-  for (int64_t s = lane; s < n_stored; s += 32) {
-    int64_t rank = s;
-    if (!increasing) {
-      rank = 0;
-      for (int64_t t = 0; t < n_stored; ++t) rank += oid[t] < oid[s];
+  max = block_max(max, max_part);  // synchronizes: oid and the logits are in shared memory
+  const int group = static_cast<int>(threadIdx.x) / kRouteLanes;
+  const int sub = static_cast<int>(threadIdx.x) % kRouteLanes;
+  // (The loop bounds are the same for the kRouteLanes threads of a group: the shuffles see them
+  // all. n_stored rounded up to whole rounds of the groups keeps every group in every round.)
+  const int64_t rounds = (n_stored + kRouteGroups - 1) / kRouteGroups * kRouteGroups;
+  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+    const bool valid = s0 < n_stored;
+    const int32_t me = valid ? oid[s0] : 0;
+    int rank = 0;
+    if (valid)
+      for (int64_t t = sub; t < n_stored; t += kRouteLanes) rank += oid[t] < me;
+    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+      rank += __shfl_xor_sync(0xffffffffu, rank, w, kRouteLanes);
+    if (valid && sub == 0) {
+      const float e = expf(prob[s0] - max);
+      prob[s0] = e;
+      by_id[rank] = e;
     }
-    const float e = expf(prob[s] - max);
-    prob[s] = e;
-    by_id[rank] = e;
   }
-  __syncwarp();
-  float sum = 0.0f;
-  if (lane == 0) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
     // In increasing id; 16 terms are loaded before they are added.
+    float sum = 0.0f;
     for (int64_t i0 = 0; i0 < n_stored; i0 += 16) {
       float e[16];
 #pragma unroll
@@ -77,46 +86,34 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
       for (int u = 0; u < 16; ++u)
         if (i0 + u < n_stored) sum += e[u];
     }
+    total = sum;
   }
-  const float total = __shfl_sync(kAll, sum, 0);
-  bool unordered = false;
-  for (int64_t s = lane; s < n_stored; s += 32) {
-    prob[s] /= total;
-    unordered = unordered || prob[s] != prob[s];
-  }
-  unordered = __any_sync(kAll, unordered);
-  __syncwarp();
-  if (unordered) {
-    // No total order: the first k stored experts, each once.
-    for (int64_t j = lane; j < k; j += 32) chosen[j] = static_cast<int32_t>(j);
-  } else {
-    uint64_t taken = 0;  // bit i: expert lane + 32 i chosen in an earlier round
-    for (int64_t j = 0; j < k; ++j) {
-      int32_t best = -1, best_id = 0;
-      float best_p = 0.0f;
-      for (int64_t s = lane, i = 0; s < n_stored; s += 32, ++i) {
-        if ((taken >> i) & 1) continue;
-        const float p = prob[s];
-        if (best < 0 || p > best_p || (p == best_p && oid[s] < best_id)) {
-          best = static_cast<int32_t>(s);
-          best_p = p;
-          best_id = oid[s];
-        }
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) prob[s] /= total;
+  __syncthreads();
+  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+    const bool valid = s0 < n_stored;
+    const float p = valid ? prob[s0] : 0.0f;
+    const int32_t me = valid ? oid[s0] : 0;
+    int beaten_by = 0;
+    if (valid)
+      for (int64_t t = sub; t < n_stored; t += kRouteLanes) {
+        const float pt = prob[t];
+        beaten_by += pt > p || (pt == p && oid[t] < me);
       }
-      for (int m = 16; m >= 1; m /= 2) {
-        const int32_t ob = __shfl_xor_sync(kAll, best, m), oi = __shfl_xor_sync(kAll, best_id, m);
-        const float op = __shfl_xor_sync(kAll, best_p, m);
-        const bool better =
-            ob >= 0 && (best < 0 || op > best_p ||
-                        (op == best_p && (oi < best_id || (oi == best_id && ob < best))));
-        if (better) best = ob, best_p = op, best_id = oi;
-      }
-      if (lane == 0) chosen[j] = best;
-      if (best % 32 == lane) taken |= uint64_t{1} << (best / 32);
+    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+      beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, w, kRouteLanes);
+    if (valid && sub == 0) {
+      if (p != p) unordered = 1;
+      if (beaten_by < k) chosen[beaten_by] = static_cast<int32_t>(s0);
     }
   }
-  __syncwarp();
-  if (lane != 0) return;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (unordered) {
+    // No total order: the first k stored experts, each once.
+    for (int64_t j = 0; j < k; ++j) chosen[j] = static_cast<int32_t>(j);
+  }
   float kept = 0.0f;
   for (int64_t j = 0; j < k; ++j) kept += prob[chosen[j]];
   for (int64_t j = 0; j < k; ++j) {
@@ -545,12 +542,9 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
   if (k > kMaxTopk || k > n_stored)
     throw Error("CUDA route_topk: k = " + std::to_string(k) + " must be at most " +
                 std::to_string(kMaxTopk) + " and at most the stored experts.");
-  if (n_stored > kRouteMaxStored)
-    throw Error("CUDA route_topk: " + std::to_string(n_stored) + " stored experts, at most " +
-                std::to_string(kRouteMaxStored) + ".");
   const size_t shared = static_cast<size_t>(n_stored) * (2 * sizeof(float) + sizeof(int32_t));
-  launch(route_topk_kernel, static_cast<unsigned>(rows), 32, shared, stream, logits, logit_stride,
-         logit_column, original_id, n_stored, k, norm_topk, expert_index, weight);
+  launch(route_topk_kernel, static_cast<unsigned>(rows), kRouteThreads, shared, stream, logits,
+         logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index, weight);
   check_launch("route_topk");
 }
 
