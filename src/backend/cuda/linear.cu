@@ -15,13 +15,35 @@ constexpr int kWarpsPerBlock = 8;  // output columns per block
 
 // One warp per output column o; rows in tiles of Tile (linear_dot.cuh): kRowTile for up to
 // kRowTile rows, kWideRowTile beyond, so a batch of 64 rows loads each weight 4 times, not 16.
+// Before waiting for the previous kernel (the weights do not depend on it), lane 0 of each warp
+// asks L2 for the warp's weight row (prefetch_weight_row), so the fetch overlaps the previous
+// kernel's tail under programmatic dependent launch.
+template <WeightFormat Format>
+__device__ __forceinline__ void prefetch_weight_row(const void* data, const uint8_t* scales,
+                                                    int64_t in, int64_t o) {
+  if (threadIdx.x % 32 != 0) return;
+  if constexpr (Format == WeightFormat::NVFP4) {
+    const uint8_t* c = static_cast<const uint8_t*>(data) + o * (in / 2);
+    const uint8_t* sc = scales + o * (in / 16);
+    if (reinterpret_cast<uintptr_t>(c) % 16 == 0 && (in / 2) % 16 == 0)
+      prefetch_l2(c, static_cast<uint32_t>(in / 2));
+    if (reinterpret_cast<uintptr_t>(sc) % 16 == 0 && (in / 16) % 16 == 0)
+      prefetch_l2(sc, static_cast<uint32_t>(in / 16));
+  } else {
+    const uint16_t* w = static_cast<const uint16_t*>(data) + o * in;
+    if (reinterpret_cast<uintptr_t>(w) % 16 == 0 && (in * 2) % 16 == 0)
+      prefetch_l2(w, static_cast<uint32_t>(in * 2));
+  }
+}
+
 template <WeightFormat Format, int Tile>
 __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __restrict__ scales,
                               float scale2, const float* __restrict__ x, int64_t rows, int64_t in,
-                              int64_t out, bool vec_x, float* __restrict__ y) {
-  pdl_entry();
+                              int64_t out, bool vec_x, bool prefetch, float* __restrict__ y) {
   const int lane = threadIdx.x % 32;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (prefetch && o < out) prefetch_weight_row<Format>(data, scales, in, o);
+  pdl_entry();
   if (o >= out) return;
   for (int64_t r0 = 0; r0 < rows; r0 += Tile) {
     const int nr = static_cast<int>(rows - r0 < Tile ? rows - r0 : Tile);
@@ -65,8 +87,8 @@ struct NormLinears {
 template <WeightFormat Format, int Tile>
 __global__ void rms_norm_linears_kernel(NormLinears p, const float* __restrict__ x,
                                         const uint16_t* __restrict__ norm_w, int64_t rows,
-                                        int64_t dim, float eps, int tile, float* __restrict__ xn) {
-  pdl_entry();
+                                        int64_t dim, float eps, int tile, bool prefetch,
+                                        float* __restrict__ xn) {
   extern __shared__ float normed[];  // [tile, dim]
   __shared__ double scratch[32];
   int j = 0;
@@ -75,6 +97,9 @@ __global__ void rms_norm_linears_kernel(NormLinears p, const float* __restrict__
   const int64_t o =
       (static_cast<int64_t>(blockIdx.x) - p.block0[j]) * kWarpsPerBlock + threadIdx.x / 32;
   const bool active = o < p.out[j];  // inactive warps still take part in the norms
+  // The weight rows stream into L2 while the block waits for x and normalizes it.
+  if (prefetch && active) prefetch_weight_row<Format>(p.data[j], p.scales[j], dim, o);
+  pdl_entry();
   for (int64_t t0 = 0; t0 < rows; t0 += tile) {
     const int nt = static_cast<int>(rows - t0 < tile ? rows - t0 : tile);
     for (int rr = 0; rr < nt; ++rr) {
@@ -146,15 +171,17 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
   const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
   const unsigned threads = 32 * kWarpsPerBlock;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.in % 4 == 0;
-  const bool wide = rows > kRowTile;
+  const bool wide = rows > kRowTile && wide_row_tiles(), prefetch = weight_prefetch();
   if (w.format == WeightFormat::NVFP4)
     launch(wide ? linear_kernel<WeightFormat::NVFP4, kWideRowTile>
                 : linear_kernel<WeightFormat::NVFP4, kRowTile>,
-           grid, threads, 0, stream, w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x, y);
+           grid, threads, 0, stream, w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x,
+           prefetch, y);
   else
     launch(wide ? linear_kernel<WeightFormat::BF16, kWideRowTile>
                 : linear_kernel<WeightFormat::BF16, kRowTile>,
-           grid, threads, 0, stream, w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x, y);
+           grid, threads, 0, stream, w.data, w.scales, w.scale2, x, rows, w.in, w.out, vec_x,
+           prefetch, y);
   if (timing_kernels()) {
     const std::string name =
         std::string("linear ") + (w.format == WeightFormat::NVFP4 ? "nvfp4 " : "bf16 ") +
@@ -170,7 +197,9 @@ bool launch_rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t row
                              int64_t n, cudaStream_t stream) {
   // The normed tile: at most kSharedBytes of rows (opted into above the default 48 KB).
   constexpr int64_t kSharedBytes = 64 * 1024;
-  if (n < 1 || n > kMaxNormLinears || dim % 4 != 0 || dim * 4 > kSharedBytes) return false;
+  if (!fused_norm_products() || n < 1 || n > kMaxNormLinears || dim % 4 != 0 ||
+      dim * 4 > kSharedBytes)
+    return false;
   NormLinears p{};
   p.n = static_cast<int>(n);
   int64_t blocks = 0;
@@ -187,7 +216,7 @@ bool launch_rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t row
   }
   p.block0[n] = blocks;
   if (rows <= 0 || blocks == 0) return true;
-  const bool wide = rows > kRowTile;
+  const bool wide = rows > kRowTile && wide_row_tiles();
   const int tile = static_cast<int>(
       std::min<int64_t>({rows, wide ? kWideRowTile : kRowTile, kSharedBytes / (dim * 4)}));
   const size_t shared = static_cast<size_t>(tile * dim) * sizeof(float);
@@ -201,7 +230,8 @@ bool launch_rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t row
     check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(shared)),
           "cudaFuncSetAttribute (rms_norm_linears shared memory)");
-  launch(kernel, grid, threads, shared, stream, p, x, norm_w, rows, dim, eps, tile, xn);
+  launch(kernel, grid, threads, shared, stream, p, x, norm_w, rows, dim, eps, tile,
+         weight_prefetch(), xn);
   if (timing_kernels()) {
     std::string name = std::string("rms_norm_linears ") +
                        (w[0]->format == WeightFormat::NVFP4 ? "nvfp4 " : "bf16 ") +
