@@ -394,20 +394,41 @@ Report run_contract(const Options& options, std::ostream& out) {
     for (const KernelSpec& k : registry.kernels) {
       if (!options.only.empty() && k.name.find(options.only) == std::string::npos) continue;
       if (!k.limit.time_call || !backends.front()->supports(backend_method(k.name))) continue;
-      const double floor_s =
-          std::max(k.limit.bytes / ceil.copy_bytes_per_s, k.limit.flops / ceil.fma_flops_per_s);
-      const double allowed = k.limit.factor * floor_s + k.limit.floor_s;
-      const double took = k.limit.time_call(*backends.front());
-      const bool ok = took <= allowed;
+      // A limit is a timing on a machine that may be shared: the run-wide ceiling and the call
+      // can be measured at different moments of a neighbour's load. So an attempt over its limit
+      // is taken again, up to kLimitAttempts in all, each after measuring the ceiling afresh; the
+      // limit is met when one attempt's call fits the floor of the ceiling measured just before
+      // it. Every attempt is in the receipt. (On the 2-vCPU VM of 2026-12-03 two of four runs of
+      // one binary had linear_nvfp4 at 10.7-12.9 ms against its 10.0-10.1 ms with the ceiling
+      // measured once, a minute before.)
+      constexpr int kLimitAttempts = 3;
+      Ceilings c = ceil;
+      double floor_s = 0, allowed = 0, took = 0;
+      bool ok = false;
+      nlohmann::json attempts = nlohmann::json::array();
+      for (int attempt = 0; attempt < kLimitAttempts && !ok; ++attempt) {
+        if (attempt > 0) c = measure_ceilings(options.backend);
+        floor_s = std::max(k.limit.bytes / c.copy_bytes_per_s, k.limit.flops / c.fma_flops_per_s);
+        allowed = k.limit.factor * floor_s + k.limit.floor_s;
+        took = k.limit.time_call(*backends.front());
+        ok = took <= allowed;
+        attempts.push_back({{"seconds", took},
+                            {"copy_GBps", c.copy_bytes_per_s / 1e9},
+                            {"allowed_seconds", allowed}});
+      }
       if (!ok) ++limit_problems;
       j["limits"].push_back({{"kernel", k.name},
                              {"size", k.limit.size},
                              {"seconds", took},
                              {"ceiling_floor_seconds", floor_s},
                              {"allowed_seconds", allowed},
+                             {"attempts", attempts},
                              {"ok", ok}});
       out << "limit " << k.name << " at " << k.limit.size << ": " << fmt_ms(took)
           << (ok ? " <= " : " > ") << fmt_ms(allowed) << " (ceiling floor " << fmt_ms(floor_s)
+          << (attempts.size() > 1 ? "; attempt " + std::to_string(attempts.size()) + " of " +
+                                        std::to_string(kLimitAttempts)
+                                  : std::string())
           << ")\n";
     }
   }

@@ -11,10 +11,17 @@ void plant_fault(Registry& registry, const std::string& spec) {
   const auto colon = spec.find(':');
   const std::string kernel = spec.substr(0, colon);
   const std::string gate = colon == std::string::npos ? "gate2" : spec.substr(colon + 1);
-  if (gate != "gate1" && gate != "gate2" && gate != "gate4")
-    throw UsageError("--plant-fault " + spec + ": the gate must be gate1, gate2 or gate4");
+  if (gate != "gate1" && gate != "gate2" && gate != "gate4" && gate != "limit")
+    throw UsageError("--plant-fault " + spec + ": the gate must be gate1, gate2, gate4 or limit");
   for (KernelSpec& k : registry.kernels) {
     if (k.name != kernel) continue;
+    if (gate == "limit") {
+      // A kernel one second slower than it is, on every attempt: the limit must stay a problem.
+      auto timed = k.limit.time_call;
+      if (!timed) throw UsageError("--plant-fault " + spec + ": that kernel has no limit");
+      k.limit.time_call = [timed](Backend& b) { return timed(b) + 1.0; };
+      return;
+    }
     auto inner = k.make_cases;
     k.make_cases = [inner, gate](uint64_t seed) {
       std::vector<KernelCase> cases = inner(seed);

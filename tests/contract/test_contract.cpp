@@ -93,6 +93,23 @@ TEST(ContractHarness, CleanKernelPasses) {
       << r.summary;
 }
 
+// A runtime limit is taken again after a miss, each attempt against a fresh ceiling, and all of
+// them are recorded; a kernel slower than its limit on every attempt stays a limit problem.
+TEST(ContractHarness, ALimitMissedOnEveryAttemptStaysAProblemWithEachAttemptRecorded) {
+  Options o = quick("add");
+  o.run_limits = true;
+  std::ostringstream clean_out;
+  const Report clean = run_contract(o, clean_out);
+  EXPECT_NE(clean.summary.find("0 limit problems"), std::string::npos) << clean_out.str();
+  o.plant_fault = "add:limit";
+  std::ostringstream out;
+  const Report r = run_contract(o, out);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.summary.find("1 limit problems"), std::string::npos) << r.summary;
+  EXPECT_NE(out.str().find("limit add at"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("attempt 3 of 3"), std::string::npos) << out.str();
+}
+
 // A planted fault turns the contract red naming the kernel and the gate.
 TEST(ContractHarness, PlantedFaultsAreNamed) {
   for (const char* gate : {"gate1", "gate2", "gate4"}) {
