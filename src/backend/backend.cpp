@@ -27,7 +27,6 @@ const std::vector<std::string>& Backend::kernel_names() {
                                                  "copy_rows",
                                                  "gather_ids",
                                                  "linear",
-                                                 "rms_norm_linears",
                                                  "dequantize",
                                                  "embed_sum",
                                                  "rms_norm",
@@ -59,13 +58,6 @@ int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, i
   // and room for a device-side grouping (pair order, per-expert offsets) in 32-bit words.
   const int64_t pairs = rows * k;
   return pairs * (2 * hidden + 3 * inter) + 2 * pairs + n_stored + 1;
-}
-
-void Backend::rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                               float eps, float* xn, const LinearWeight* const* w, float* const* y,
-                               int64_t n) {
-  rms_norm(x, norm_w, rows, dim, eps, xn);
-  for (int64_t j = 0; j < n; ++j) linear(*w[j], xn, rows, y[j]);
 }
 
 void Backend::qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,

@@ -124,14 +124,6 @@ class Backend {
   // --- matrix products ---
   // y[r, o] = sum_i x[r, i] * w[o, i]   for r < rows; x is [rows, w.in], y is [rows, w.out].
   virtual void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) = 0;
-  // Several products of one normed input in one call: xn = rms_norm(x, norm_w) [rows, dim] (xn is
-  // written, later calls may read it; it does not overlap x), then y[j] = linear(*w[j], xn) for j <
-  // n (every w[j].in == dim). Bitwise what rms_norm and the n linear calls give on the same
-  // backend: the default runs those; a GPU fuses them into one launch that normalizes each row tile
-  // on chip (every block writes its own slice of xn).
-  virtual void rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                                float eps, float* xn, const LinearWeight* const* w, float* const* y,
-                                int64_t n);
   // out[r, i] = w[row0 + r, i] as float32, for r < nrows (NVFP4 and BF16).
   virtual void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) = 0;
 

@@ -56,13 +56,12 @@ void MoeBlock::reserve(Workspace& ws, int64_t rows, int64_t hidden) const {
   }
 }
 
-void MoeBlock::forward(Workspace& ws, const float* x, const uint16_t* norm, float eps, float* xn,
-                       int64_t rows, int64_t hidden, float* out) {
+void MoeBlock::forward(Workspace& ws, const float* xn, int64_t rows, int64_t hidden, float* out) {
   Backend& be = ws.backend();
   const int64_t H = hidden, R = w_.router.out, k = k_, S = slots();
   const int64_t n_stored = static_cast<int64_t>(experts_.size());
   float* logits = ws.f32(Buf::kRouterLogits, rows * R);
-  ws.rms_norm_linears(x, norm, rows, H, eps, xn, {&w_.router}, {logits});
+  ws.linear(w_.router, xn, rows, logits);
   for (int32_t c : masked_columns_)
     be.fill(logits + c, R, rows, 1, -std::numeric_limits<float>::infinity());
   int32_t* index = ws.i32(Buf::kExpertIndex, rows * k);

@@ -20,10 +20,8 @@ class MoeBlock {
   // `weights` must already be resident on `backend`.
   MoeBlock(Backend& backend, const MoeWeights& weights, const MoeConfig& config);
 
-  // out [rows, H] = MoE(xn), xn = rms_norm(x, norm) [rows, H] written into `xn` (the norm and the
-  // router's product are one backend call).
-  void forward(Workspace& ws, const float* x, const uint16_t* norm, float eps, float* xn,
-               int64_t rows, int64_t hidden, float* out);
+  // out [rows, H] = MoE(xn [rows, H]).
+  void forward(Workspace& ws, const float* xn, int64_t rows, int64_t hidden, float* out);
   // Reserves the workspace for calls of up to `rows` rows.
   void reserve(Workspace& ws, int64_t rows, int64_t hidden) const;
 

@@ -28,7 +28,8 @@ void Tower::head_logits(Workspace& ws, int64_t codebook, const float* x, int64_t
                         float* logits) const {
   const int64_t Ht = hidden();
   float* h = ws.f32(Buf::kHeadRows, rows * Ht);
-  ws.rms_norm_linears(x, norm_, rows, Ht, stack_.shape().eps, h, {&heads_[codebook - 1]}, {logits});
+  ws.backend().rms_norm(x, norm_, rows, Ht, stack_.shape().eps, h);
+  ws.linear(heads_[codebook - 1], h, rows, logits);
 }
 
 void Tower::reserve(Workspace& ws, int64_t rows) const {

@@ -43,9 +43,10 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   float* att = ws.f32(Buf::kAttnOut, rows * qd);
   float* proj = ws.f32(Buf::kProj, rows * H);
 
-  // The input norm and the q, k, v products (one launch on a GPU).
-  ws.rms_norm_linears(x, w.input_norm, rows, H, s.eps, xn, {&w.attn.q, &w.attn.k, &w.attn.v},
-                      {q, k, v});
+  be.rms_norm(x, w.input_norm, rows, H, s.eps, xn);
+  ws.linear(w.attn.q, xn, rows, q);
+  ws.linear(w.attn.k, xn, rows, k);
+  ws.linear(w.attn.v, xn, rows, v);
   // QK-norm (an RMS norm over each head's head_dim values), rotary, and k and v into the cache.
   be.qk_norm_rope_cache(q, k, v, rows, s.heads, s.kv_heads, s.head_dim, w.attn.q_norm,
                         w.attn.k_norm, s.eps, t.positions, s.theta, t.kv_row, cache.k(layer),
@@ -68,18 +69,6 @@ void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t row
   ws.linear(w.down, a, rows, out);
 }
 
-void normed_swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* x, const uint16_t* norm,
-                       float eps, float* xn, int64_t rows, float* out, Buf gate_buf, Buf up_buf,
-                       Buf act_buf) {
-  const int64_t inter = w.gate.out;
-  float* g = ws.f32(gate_buf, rows * inter);
-  float* u = ws.f32(up_buf, rows * inter);
-  float* a = ws.f32(act_buf, rows * inter);
-  ws.rms_norm_linears(x, norm, rows, w.gate.in, eps, xn, {&w.gate, &w.up}, {g, u});
-  ws.backend().swiglu(g, u, rows * inter, a);
-  ws.linear(w.down, a, rows, out);
-}
-
 LayerStack::LayerStack(Backend& backend, const TransformerShape& shape,
                        std::vector<LayerWeights> layers, const MoeConfig* moe)
     : shape_(shape), layers_(std::move(layers)) {
@@ -98,11 +87,11 @@ void LayerStack::forward(Workspace& ws, float* x, int64_t rows, const RowTables&
     attention_sublayer(ws, shape_, w, l, x, rows, t, cache);
     float* xn = ws.f32(Buf::kNormed, rows * H);
     float* out = ws.f32(Buf::kMlpOut, rows * H);
+    be.rms_norm(x, w.post_attn_norm, rows, H, shape_.eps, xn);
     if (moe_[l])
-      moe_[l]->forward(ws, x, w.post_attn_norm, shape_.eps, xn, rows, H, out);
+      moe_[l]->forward(ws, xn, rows, H, out);
     else
-      normed_swiglu_mlp(ws, w.mlp, x, w.post_attn_norm, shape_.eps, xn, rows, out, Buf::kGate,
-                        Buf::kUp, Buf::kAct);
+      swiglu_mlp(ws, w.mlp, xn, rows, out, Buf::kGate, Buf::kUp, Buf::kAct);
     be.add(out, rows * H, x);
   }
 }

@@ -55,11 +55,6 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
 // out = down(silu(gate(xn)) * up(xn)) over rows.
 void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t rows, float* out,
                 Buf gate_buf, Buf up_buf, Buf act_buf);
-// The same MLP on rms_norm(x, norm), written into xn; the norm and the gate and up products are
-// one backend call.
-void normed_swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* x, const uint16_t* norm,
-                       float eps, float* xn, int64_t rows, float* out, Buf gate_buf, Buf up_buf,
-                       Buf act_buf);
 
 // A stack of pre-norm layers: attention then a dense SwiGLU MLP or a MoE block.
 class LayerStack {

@@ -1,7 +1,5 @@
 #include "model/workspace.h"
 
-#include "util/error.h"
-
 #include <algorithm>
 
 namespace drama {
@@ -44,18 +42,6 @@ void Workspace::linear(const LinearWeight& w, const float* x, int64_t rows, floa
   traffic.bytes += weight_bytes(w);
   traffic.calls += 1;
   backend_.linear(w, x, rows, y);
-}
-
-void Workspace::rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                                 float eps, float* xn, std::initializer_list<const LinearWeight*> w,
-                                 std::initializer_list<float*> y) {
-  if (w.size() != y.size()) throw Error("rms_norm_linears: one output per weight");
-  for (const LinearWeight* l : w) {
-    traffic.bytes += weight_bytes(*l);
-    traffic.calls += 1;
-  }
-  backend_.rms_norm_linears(x, norm_w, rows, dim, eps, xn, w.begin(), y.begin(),
-                            static_cast<int64_t>(w.size()));
 }
 
 uint64_t Workspace::weight_bytes_read() const {

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -64,10 +63,6 @@ class Workspace {
   // Every dense product goes through here so weight traffic is counted (the experts' products run
   // inside the backend's moe_experts, which counts its own: weight_bytes_read() adds both).
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
-  // backend().rms_norm_linears with each weight's bytes counted as a linear call's.
-  void rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                        float eps, float* xn, std::initializer_list<const LinearWeight*> w,
-                        std::initializer_list<float*> y);
   uint64_t weight_bytes_read() const;
   // backend().run_captured(key, work), a replay counting the linear traffic its key's first run
   // counted (a function of the shapes, so exact). The expert bytes a backend counts depend on the

@@ -190,7 +190,7 @@ TEST(CudaBatchInvariance, RowAloneEqualsRowInBatchesOf2_3_8_64) {
   std::vector<int32_t> pos(max_rows);
   for (int64_t r = 0; r < max_rows; ++r) pos[r] = static_cast<int32_t>(r);
   auto xd = b.alloc(x.size() * 4), kd = b.alloc(kv.size() * 4), vd = b.alloc(kv.size() * 4),
-       pd = b.alloc(pos.size() * 4), yd = b.alloc(x.size() * 4), xnd = b.alloc(x.size() * 4);
+       pd = b.alloc(pos.size() * 4), yd = b.alloc(x.size() * 4);
   b.upload(xd->data(), x.data(), x.size() * 4);
   b.upload(kd->data(), kv.data(), kv.size() * 4);
   b.upload(vd->data(), kv.data(), kv.size() * 4);
@@ -209,14 +209,6 @@ TEST(CudaBatchInvariance, RowAloneEqualsRowInBatchesOf2_3_8_64) {
         [&](int64_t r0, int64_t rows) {
           b.upload(yd->data(), x.data() + r0 * q_elems, static_cast<size_t>(rows * q_elems) * 4);
           b.rope(yd->f32(), rows, nh, hd, pos_dev + r0, bb.rope_theta);
-        }}},
-      {"rms_norm_linears",
-       {q_elems,
-        [&](int64_t r0, int64_t rows) {
-          const LinearWeight* w[1] = {&resident.backbone[0].attn.q};
-          float* y[1] = {yd->f32()};
-          b.rms_norm_linears(xd->f32() + r0 * H, resident.backbone[0].input_norm, rows, H, 1e-6f,
-                             xnd->f32(), w, y, 1);
         }}},
       {"attention",
        {q_elems,
@@ -308,91 +300,6 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
       }
     }
   EXPECT_EQ(checked, 4 * 5 * 4);
-}
-
-// The fused rms_norm_linears (the norm and up to four products in one launch) gives the bits of
-// rms_norm followed by the linear calls (Backend's default, each a CUDA kernel) for every output,
-// BF16 and NVFP4, at row counts on both sides of the wide row tile, and a row too wide for the
-// fused kernel's shared memory (its fallback: the separate calls).
-TEST(CudaFusedKernels, RmsNormLinearsEqualsTheNormAndProductsBitwise) {
-  REQUIRE_CUDA(cuda);
-  Backend& b = *cuda;
-  struct Shape {
-    int64_t dim;
-    std::vector<int64_t> outs;
-    bool nvfp4;
-  };
-  std::mt19937 gen(13);
-  std::normal_distribution<float> normal(0.0f, 1.5f);
-  std::uniform_int_distribution<int> byte(0, 255);
-  int checked = 0;
-  for (const Shape& sh :
-       {Shape{2048, {4096, 512, 512}, false}, Shape{1024, {1024, 256, 256}, false},
-        Shape{256, {2049}, false}, Shape{2048, {768, 768}, true}, Shape{17408, {16}, false}})
-    for (const int64_t rows : {1, 2, 4, 5, 8, 17, 64}) {
-      std::vector<float> x(static_cast<size_t>(rows * sh.dim));
-      for (auto& v : x) v = normal(gen);
-      std::vector<uint16_t> g(static_cast<size_t>(sh.dim));
-      for (auto& v : g) v = f32_to_bf16(1.0f + 0.1f * normal(gen));
-      auto dev = [&](const auto& h) {
-        auto d = b.alloc(std::max<size_t>(h.size(), 1) * sizeof(h[0]));
-        b.upload(d->data(), h.data(), h.size() * sizeof(h[0]));
-        return d;
-      };
-      auto x_d = dev(x), g_d = dev(g), xn_d = b.alloc(x.size() * 4);
-      std::vector<std::vector<uint8_t>> data, scales;
-      std::vector<LinearWeight> w;
-      for (const int64_t m : sh.outs) {
-        LinearWeight l;
-        l.format = sh.nvfp4 ? WeightFormat::NVFP4 : WeightFormat::BF16;
-        l.out = m;
-        l.in = sh.dim;
-        data.emplace_back(static_cast<size_t>(sh.nvfp4 ? m * sh.dim / 2 : m * sh.dim * 2));
-        if (sh.nvfp4) {
-          for (auto& v : data.back()) v = static_cast<uint8_t>(byte(gen));
-          scales.emplace_back(static_cast<size_t>(m * sh.dim / 16));
-          for (auto& v : scales.back()) v = static_cast<uint8_t>(0x30 + byte(gen) % 16);
-          l.scale2 = 0.01f;
-        } else {
-          auto* h = reinterpret_cast<uint16_t*>(data.back().data());
-          for (int64_t i = 0; i < m * sh.dim; ++i) h[i] = f32_to_bf16(0.03f * normal(gen));
-          scales.emplace_back();
-        }
-        l.data = data.back().data();
-        l.scales = sh.nvfp4 ? scales.back().data() : nullptr;
-        w.push_back(b.resident(l));
-      }
-      std::vector<const LinearWeight*> wp;
-      for (const LinearWeight& l : w) wp.push_back(&l);
-      std::vector<std::vector<float>> out[2];
-      for (int fused = 0; fused < 2; ++fused) {
-        std::vector<std::unique_ptr<DeviceBuffer>> ys;
-        std::vector<float*> yp;
-        for (const int64_t m : sh.outs) {
-          ys.push_back(b.alloc(static_cast<size_t>(rows * m) * 4));
-          yp.push_back(ys.back()->f32());
-        }
-        const auto* gp = static_cast<const uint16_t*>(g_d->data());
-        if (fused)
-          b.rms_norm_linears(x_d->f32(), gp, rows, sh.dim, 1e-6f, xn_d->f32(), wp.data(), yp.data(),
-                             static_cast<int64_t>(wp.size()));
-        else
-          b.Backend::rms_norm_linears(x_d->f32(), gp, rows, sh.dim, 1e-6f, xn_d->f32(), wp.data(),
-                                      yp.data(), static_cast<int64_t>(wp.size()));
-        for (const auto& d : ys) {
-          std::vector<float> h(d->bytes() / 4);
-          b.download(h.data(), d->data(), d->bytes());
-          out[fused].push_back(std::move(h));
-        }
-      }
-      for (size_t j = 0; j < sh.outs.size(); ++j) {
-        EXPECT_EQ(std::memcmp(out[0][j].data(), out[1][j].data(), out[0][j].size() * 4), 0)
-            << "product " << j << " of dim " << sh.dim << (sh.nvfp4 ? " nvfp4" : " bf16")
-            << " rows " << rows;
-        ++checked;
-      }
-    }
-  EXPECT_EQ(checked, 7 * (3 + 3 + 1 + 2 + 1));
 }
 
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give

@@ -30,20 +30,6 @@ double median_replay_seconds(cudaGraphExec_t exec, cudaStream_t stream, int repl
 // before its predecessor is done: the results are those of plain stream order. On unless
 // DRAMA_CUDA_PDL=0; set_programmatic_launch (grouped_experts.h) switches it for the bench.
 bool programmatic_launch();
-// Switches for side-by-side measurement of the product kernels (each read once from the
-// environment; on unless set to 0): DRAMA_CUDA_FUSED_NORM (rms_norm_linears as one launch, else
-// the separate calls), DRAMA_CUDA_WIDE_TILE (16-row tiles beyond 4 rows, else 4),
-// DRAMA_CUDA_PREFETCH (a product's weight rows prefetched into L2 before it waits for the
-// previous kernel). None changes any result's bits.
-bool fused_norm_products();
-bool wide_row_tiles();
-bool weight_prefetch();
-
-// `bytes` (a multiple of 16) at `p` (16-byte aligned) requested into L2, by the calling thread:
-// one bulk prefetch (sm_90), no wait, no register result.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
 
 __device__ __forceinline__ void pdl_entry() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -124,12 +110,6 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   T w = lane < warps ? scratch[lane] : T(0);
   w = warp_sum(w);
   return w;
-}
-// 1 / sqrt(mean + eps) of a row's float64 sum of squares: every RMS norm of the backend
-// (rms_norm, qk_norm_rope_cache, rms_norm_linears) rounds through this one expression.
-__device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, float eps) {
-  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
-  return 1.0f / sqrtf(mean + eps);
 }
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;

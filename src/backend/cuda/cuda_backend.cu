@@ -94,25 +94,7 @@ bool pdl_from_environment() {
 }
 std::atomic<bool> g_pdl{pdl_from_environment()};
 
-bool on_unless_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return !(v && std::string(v) == "0");
-}
-
 }  // namespace
-
-bool fused_norm_products() {
-  static const bool on = on_unless_zero("DRAMA_CUDA_FUSED_NORM");
-  return on;
-}
-bool wide_row_tiles() {
-  static const bool on = on_unless_zero("DRAMA_CUDA_WIDE_TILE");
-  return on;
-}
-bool weight_prefetch() {
-  static const bool on = on_unless_zero("DRAMA_CUDA_PREFETCH");
-  return on;
-}
 
 bool programmatic_launch() {
   return g_pdl.load(std::memory_order_relaxed);

@@ -47,9 +47,6 @@ class CudaBackend final : public Backend {
                   int32_t* dst) override;
 
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) override;
-  void rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                        float eps, float* xn, const LinearWeight* const* w, float* const* y,
-                        int64_t n) override;
   void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) override;
 
   void embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids, int64_t rows,

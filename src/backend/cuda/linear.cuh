@@ -14,11 +14,6 @@ namespace drama::cuda {
 
 void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
                    cudaStream_t stream);
-// rms_norm into xn, then n (<= 4) products of the normed rows, in one launch, bitwise
-// rms_norm's and launch_linear's results; false (nothing launched) for shapes it does not take.
-bool launch_rms_norm_linears(const float* x, const uint16_t* norm_w, int64_t rows, int64_t dim,
-                             float eps, float* xn, const LinearWeight* const* w, float* const* y,
-                             int64_t n, cudaStream_t stream);
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,
                        cudaStream_t stream);
 

@@ -2,8 +2,8 @@
 // expert kernels of moe.cu), so that a weight row gives the same bits against a row of x
 // wherever it runs. A warp owns one weight row: lane l sums a fixed strided subset of the
 // reduction in increasing order, then warp_sum adds the 32 lane sums in one butterfly order. The
-// same lane loop serves up to Tile activation rows per weight load (kRowTile, or kWideRowTile for
-// larger batches); the tile never changes any row's order, only how often a weight is loaded.
+// same lane loop serves up to kRowTile activation rows per weight load; the tile never changes any
+// row's order.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -15,15 +15,13 @@
 
 namespace drama::cuda {
 
-constexpr int kRowTile = 4;       // the row tile of the expert kernels and of small batches
-constexpr int kWideRowTile = 16;  // linear.cu's tile for more than kRowTile rows
-constexpr int kAhead = 4;         // loads a lane issues before their arithmetic
+constexpr int kRowTile = 4;
+constexpr int kAhead = 4;  // loads a lane issues before their arithmetic
 
 // BF16 [in] row against xs[0..nr): lane l owns chunks of 8 inputs c = l, l + 32, ... (in % 8 ==
 // 0: one 16-byte load per chunk, kAhead chunks loaded before their arithmetic) or single inputs
 // i = l, l + 32, ... (otherwise); each product is added with one fused multiply-add. vec_x: every
 // xs[rr] starts on 16 bytes (float4 loads of x).
-template <int Tile = kRowTile>
 __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, int64_t in,
                                                const float* const* xs, int nr, bool vec_x,
                                                float* acc) {
@@ -46,7 +44,7 @@ __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, 
           wv[2 * q] = __uint_as_float(words[q] << 16);
           wv[2 * q + 1] = __uint_as_float(words[q] & 0xffff0000u);
         }
-        for (int rr = 0; rr < Tile; ++rr) {
+        for (int rr = 0; rr < kRowTile; ++rr) {
           if (rr >= nr) break;
           const float* xr = xs[rr] + c * 8;
           float xv[8];
@@ -66,7 +64,7 @@ __device__ __forceinline__ void bf16_lane_dots(const uint16_t* __restrict__ wr, 
   }
   for (int64_t i = lane; i < in; i += 32) {
     const float wv = bf16_to_f32(wr[i]);
-    for (int rr = 0; rr < Tile; ++rr) {
+    for (int rr = 0; rr < kRowTile; ++rr) {
       if (rr >= nr) break;
       acc[rr] = fmaf(wv, xs[rr][i], acc[rr]);
     }
@@ -89,14 +87,14 @@ __device__ __forceinline__ void nvfp4_expand(uint2 packed, float* wv) {
 }
 
 // NVFP4 rows against xs[0..nr): NW weight rows at once (1, or 2 for gate and up), each
-// (codes [in/2], scales [in/16]) into its own acc[w * Tile + rr]. Lane l owns blocks of 16
+// (codes [in/2], scales [in/16]) into its own acc[w * kRowTile + rr]. Lane l owns blocks of 16
 // inputs b = l, l + 32, ...; a block's 16 products with x are summed in input order with fused
 // multiply-adds, and the block sum is added to the lane's sum times (block scale * 2^14), exact
 // (an e4m3 value times a power of two). The caller multiplies the warp's sum by scale_2 once.
 // The lane's blocks go in groups of kAhead: every load of a group (all NW rows) is issued before
 // any of its arithmetic, so a warp has kAhead * NW loads in flight; the order of the sums is the
 // same as one block at a time. vec_x: every xs[rr] starts on 16 bytes (float4 loads).
-template <int NW, int Tile = kRowTile>
+template <int NW>
 __device__ __forceinline__ void nvfp4_lane_dots(const uint8_t* const* cr, const uint8_t* const* sr,
                                                 int64_t in, const float* const* xs, int nr,
                                                 bool vec_x, float* acc) {
@@ -124,7 +122,7 @@ __device__ __forceinline__ void nvfp4_lane_dots(const uint8_t* const* cr, const 
         const float s = e4m3_to_f32(scale[w][i]) * 16384.0f;
         float wv[16];
         nvfp4_expand(packed[w][i], wv);
-        for (int rr = 0; rr < Tile; ++rr) {
+        for (int rr = 0; rr < kRowTile; ++rr) {
           if (rr >= nr) break;
           const float* xb = xs[rr] + b * 16;
           float part = 0.0f;
@@ -137,7 +135,7 @@ __device__ __forceinline__ void nvfp4_lane_dots(const uint8_t* const* cr, const 
             part = fmaf(wv[4 * q + 2], xv.z, part);
             part = fmaf(wv[4 * q + 3], xv.w, part);
           }
-          acc[w * Tile + rr] = fmaf(part, s, acc[w * Tile + rr]);
+          acc[w * kRowTile + rr] = fmaf(part, s, acc[w * kRowTile + rr]);
         }
       }
     }

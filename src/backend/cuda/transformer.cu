@@ -27,7 +27,10 @@ __global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim
 // d, then block_sum's fixed tree. PerThread > 0: dim <= PerThread * blockDim, and the row and the
 // weights are loaded once, before the reduction, into registers (one memory round trip instead
 // of two; the same operations on the same values); PerThread = 0: any dim, read twice.
-// (inv_rms: common.cuh, shared with linear.cu's rms_norm_linears.)
+__device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, float eps) {
+  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
+  return 1.0f / sqrtf(mean + eps);
+}
 
 template <int PerThread>
 __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, int64_t dim,
