@@ -1,4 +1,6 @@
-// `drama bench decode --synthetic ... --lanes LIST --stop-below-real-time` through the binary: the
+// labels: slow
+// `drama bench decode --synthetic ... --lanes LIST --stop-below-real-time` through the binary
+// (slow: 1024 lanes of the tiny model, about 14 s in Release; left out of the sanitizer run): the
 // lane counts run in increasing order, and those after the first whose streams are slower than
 // real time are listed as skipped, not run. What is asserted holds whatever the machine's speed:
 // which count is the first slow one is the machine's, the order and the bookkeeping are not.
