@@ -89,11 +89,10 @@ TEST(ContractHarness, CleanKernelPasses) {
 // A runtime limit is taken again after a miss, each attempt against a fresh ceiling, and all of
 // them are recorded; a kernel slower than its limit on every attempt stays a limit problem.
 TEST(ContractHarness, ALimitMissedOnEveryAttemptStaysAProblemWithEachAttemptRecorded) {
+  // Only the planted run is asserted: whether the clean kernel meets its limit is a timing (the
+  // sanitizer build's add takes twice its limit), which no unit test asserts.
   Options o = quick("add");
   o.run_limits = true;
-  std::ostringstream clean_out;
-  const Report clean = run_contract(o, clean_out);
-  EXPECT_NE(clean.summary.find("0 limit problems"), std::string::npos) << clean_out.str();
   o.plant_fault = "add:limit";
   std::ostringstream out;
   const Report r = run_contract(o, out);
