@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command: install dependencies, build, and speak one sentence into hello.wav
-# with the bundled default model (a small random-weight checkpoint until a trained one exists:
-# the audio is noise-like, not speech).
+# with the bundled default model (drama-mini: small, trained on synthetic voices; README says how
+# well it speaks).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh

@@ -363,6 +363,9 @@ int run_decode(const DecodeOptions& o) {
 #endif
     return probe->measure();
   };
+  // A stream's real-time factor at a step time: one frame of audio over the step (every lane
+  // makes a frame per step); 1 or more is faster than real time.
+  const auto real_time_factor = [&](double step_s) { return (1.0 / c.audio.frame_rate) / step_s; };
   std::map<int64_t, std::vector<Sample>> samples;
   const auto bench_t0 = Clock::now();
   // Lane counts in rotation within each repeat, so all see the same machine conditions.
@@ -391,7 +394,7 @@ int run_decode(const DecodeOptions& o) {
       sm.step_s = (sm.t.backbone_s + sm.t.tower_s) / steps;
       sm.eff = static_cast<double>(sm.t.decode_weight_bytes) / steps / sm.step_s / 1e9;
       sm.fraction = sm.eff / sm.bw["read_gb_s"].get<double>();
-      const bool slower_than_real_time = sm.step_s * c.audio.frame_rate > 1.0;
+      const bool slower_than_real_time = real_time_factor(sm.step_s) < 1.0;
       // Progress on stderr (a run cut short by a timeout still shows what it measured).
       std::fprintf(stderr,
                    "bench decode: repeat %d, %lld lanes: %.3f ms a step, %.1f s of passes\n",
@@ -444,7 +447,7 @@ int run_decode(const DecodeOptions& o) {
          {"backbone_ms_per_step", t.backbone_s / steps * 1e3},
          {"tower_ms_per_step", t.tower_s / steps * 1e3},
          {"aggregate_frames_per_s", static_cast<double>(lanes) / step_s},
-         {"stream_real_time_factor", (1.0 / c.audio.frame_rate) / step_s},
+         {"stream_real_time_factor", real_time_factor(step_s)},
          {"weight_bytes_per_step", static_cast<double>(t.decode_weight_bytes) / steps},
          {"first_frame_ms_median",
           med.first_frame_s.empty() ? 0.0 : med.first_frame_s[med.first_frame_s.size() / 2] * 1e3},
@@ -471,7 +474,7 @@ int run_decode(const DecodeOptions& o) {
              {"step_ms", lim.ms()},
              {"fraction_of_limit", lim.ms() / (step_s * 1e3)}};
     if (flops_per_s > 0) limit["flops_ms"] = lim.flops_ms;
-    if ((1.0 / c.audio.frame_rate) / step_s >= 1.0 && lanes > most_streams) most_streams = lanes;
+    if (real_time_factor(step_s) >= 1.0 && lanes > most_streams) most_streams = lanes;
     limit_inputs = {t.decode_weight_bytes / steps, med.experts_counted, copy_per_s, flops_per_s};
   }
   // The most streams the limit allows faster than real time (a step within one frame of audio),

@@ -88,8 +88,9 @@ struct Options {
   int trials = 2;
   uint64_t seed = 20261129;
   bool run_limits = true;
-  std::string
-      plant_fault;   // test-only: "KERNEL:gate1|gate2|gate4|limit" wraps that kernel with a fault
+  // Test only: "KERNEL:gate1|gate2|gate4" plants a fault in that kernel's cases, "KERNEL:limit"
+  // adds a second to every timing of its runtime limit.
+  std::string plant_fault;
   std::string only;  // run only kernels whose name contains this (controls skipped)
 };
 
