@@ -5,10 +5,10 @@
 // into words 2i, 2i+1, zero-extended) and vpermw maps each nibble (the low one directly, the high
 // one after a 4-bit shift) through a 16-entry table to its e2m1 value in bfloat16, which is exact.
 // Activations are prepared once per call as a pair of bfloat16 (hi, lo) with x = hi + lo to 16
-// significant bits (relative error <= 2^-18, exact for integers below 2^16), in the same order;
-// vdpbf16ps multiplies 32 weights by 32 activation words into 16 float lanes, so lane i sums the
-// products of block i only. Sixteen products (four chunks of even/odd inputs, hi/lo) give each
-// block's unscaled sum, and one FMA with the 16 block scales adds them to the accumulator: no
+// significant bits (relative error <= 2^-17, 2^-18.7 rms; exact for integers below 2^16), in the
+// same order; vdpbf16ps multiplies 32 weights by 32 activation words into 16 float lanes, so lane i
+// sums the products of block i only. Sixteen products (four chunks of even/odd inputs, hi/lo) give
+// each block's unscaled sum, and one FMA with the 16 block scales adds them to the accumulator: no
 // per-chunk scale shuffle. Eight columns share every activation load and two rows share every
 // decode; each (row, column) accumulator sees the same operation sequence whatever the tile, so
 // results are batch invariant. BF16 widens weights to f32 by a shift (activations stay f32) and
