@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "format/checkpoint.h"
@@ -20,8 +21,11 @@ void register_bench_verify(CLI::App& bench, std::function<int()>& run);
 
 // `bench decode --synthetic CONFIG` (bench_synthetic.cpp): the backbone step on random weights of
 // the config's geometry built in the backend's memory.
+// `step_rows`: row counts timed beside batch 1 and paired batch 2 (graphs and, on CUDA, each
+// kernel alone), each row its own cache slot.
 int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend,
-                         int64_t steps, int repeats, const std::string& json_path);
+                         int64_t steps, int repeats, const std::vector<int64_t>& step_rows,
+                         const std::string& json_path);
 
 // A whole model but the codec (backbone and tower) of random weights of `config`'s geometry, in
 // `backend`'s memory (bench_synthetic.cpp): what `bench decode --synthetic CONFIG --lanes N`

@@ -51,7 +51,8 @@ struct DecodeOptions {
   bool stop_below_real_time = false;  // lane counts after the first slower than real time: skipped
   std::string cfg = "paired";
   std::string json;
-  std::string synthetic;  // a config file: random weights in the backend's memory
+  std::string synthetic;           // a config file: random weights in the backend's memory
+  std::vector<int64_t> step_rows;  // --synthetic without --lanes: row counts beyond 1 and 2
   WeightsOptions weights;
 };
 
@@ -576,13 +577,20 @@ void register_bench_decode(CLI::App& bench, std::function<int()>& run) {
                   "checkpoint files): the backbone step alone, or with --lanes the whole model's "
                   "sessions")
       ->check(CLI::ExistingFile);
+  sub->add_option("--step-rows", o->step_rows,
+                  "With --synthetic (no --lanes): backbone step row counts to time beside batch 1 "
+                  "and paired batch 2 (a list, each 1..64), as graphs and kernel by kernel")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   add_weights_options(*sub, o->weights);
   sub->callback([&run, o, lanes] {
     o->lanes_given = lanes->count() > 0;
     run = [o] {
+      if (!o->step_rows.empty() && (o->synthetic.empty() || o->lanes_given))
+        throw Error("--step-rows times the backbone step: it needs --synthetic and no --lanes");
       if (!o->synthetic.empty() && !o->lanes_given)
         return run_synthetic_decode(o->synthetic, o->weights.backend, o->frames, o->repeats,
-                                    o->json);
+                                    o->step_rows, o->json);
       return run_decode(*o);
     };
   });

@@ -222,7 +222,8 @@ double SyntheticModel::bytes() const {
 }
 
 int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend_options,
-                         int64_t steps, int repeats, const std::string& json_path) {
+                         int64_t steps, int repeats, const std::vector<int64_t>& step_rows,
+                         const std::string& json_path) {
   const Drama3Config c = load_drama3_config(config_path);
   auto backend = make_backend(backend_options);
   Backend& b = *backend;
@@ -236,19 +237,32 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   const auto& bb = c.backbone;
   const int64_t H = bb.hidden_size, kv = bb.num_kv_heads * bb.head_dim;
   const int64_t prompt = 64, capacity = prompt + 8;
-  KvPool cache(b, bb.num_layers, 2, capacity, kv);
-  auto x = b.alloc(static_cast<size_t>(prompt * H) * 4), h = b.alloc(2 * H * 4),
-       logits = b.alloc(static_cast<size_t>(2 * (c.audio.codebook_size + 1)) * 4);
-  // Prefill both branches (cache slots 0 and 1) with `prompt` audio frames of fixed codes.
+  // The step's row counts: 1 and paired 2, then --step-rows (each row its own cache slot).
+  std::vector<int64_t> all_rows = {1, 2};
+  for (const int64_t r : step_rows) {
+    if (r < 1 || r > prompt) throw Error("--step-rows: each from 1 to " + std::to_string(prompt));
+    if (std::find(all_rows.begin(), all_rows.end(), r) == all_rows.end()) all_rows.push_back(r);
+  }
+  const int64_t max_rows = *std::max_element(all_rows.begin(), all_rows.end());
+  KvPool cache(b, bb.num_layers, max_rows, capacity, kv);
+  auto x = b.alloc(static_cast<size_t>(prompt * H) * 4),
+       h = b.alloc(static_cast<size_t>(max_rows * H) * 4),
+       logits = b.alloc(static_cast<size_t>(max_rows * (c.audio.codebook_size + 1)) * 4);
+  // Prefill every cache slot with `prompt` audio frames of fixed codes: slots 0 and 1 (the
+  // paired branches) the same codes, each further slot its own (rows that route differently).
   std::vector<int32_t> codes(static_cast<size_t>(prompt * c.audio.num_codebooks));
-  for (size_t i = 0; i < codes.size(); ++i)
-    codes[i] = static_cast<int32_t>(i * 7919 % c.audio.codebook_size);
-  for (int64_t slot = 0; slot < 2; ++slot) {
+  auto fill_codes = [&](int64_t shift) {
+    for (size_t i = 0; i < codes.size(); ++i)
+      codes[i] = static_cast<int32_t>((i * 7919 + shift * 104729) % c.audio.codebook_size);
+  };
+  for (int64_t slot = 0; slot < max_rows; ++slot) {
+    fill_codes(slot < 2 ? 0 : slot);
     HostRowTables t;
     for (int64_t p = 0; p < prompt; ++p) t.add(cache, slot, p);
     backbone.embed_frames(ws, codes, prompt, x->f32());
     backbone.forward(ws, x->f32(), prompt, t.upload(ws), cache);
   }
+  fill_codes(0);
   b.synchronize();
 
   // Every timed step decodes position `prompt` of each branch (rewriting that KV row), so each
@@ -286,27 +300,39 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // (version, rows, captured): each version's step launched kernel by kernel, and the default
   // version's also as captured work (a CUDA graph: the frame step's form; on the CPU the same).
   // On CUDA the graphs also run with programmatic dependent launch off (names ending _no_pdl),
-  // beside the default (on unless DRAMA_CUDA_PDL=0).
+  // beside the default (on unless DRAMA_CUDA_PDL=0), and with the other BF16 product kernel
+  // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor).
+  // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N.
   struct StepRun {
     int version;
     int64_t rows;
     bool captured;
     bool no_pdl;
+    bool other_linear = false;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
     for (const int64_t rows : {int64_t{1}, int64_t{2}})
       step_runs.push_back({v, rows, false, false});
-  for (const int64_t rows : {int64_t{1}, int64_t{2}}) step_runs.push_back({0, rows, true, false});
+  for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false});
 #ifdef DRAMA_WITH_CUDA
   const bool pdl_default = on_cuda && cuda::set_programmatic_launch(b, true);
+  bool tensor_default = false;
   if (on_cuda) {
     cuda::set_programmatic_launch(b, pdl_default);
+    tensor_default = cuda::set_tensor_linear(b, true);
+    cuda::set_tensor_linear(b, tensor_default);
     if (pdl_default)
       for (const int64_t rows : {int64_t{1}, int64_t{2}})
         step_runs.push_back({0, rows, true, true});
+    for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, true});
   }
 #endif
+  auto rows_name = [](int64_t rows) {
+    return rows == 1   ? std::string("batch1")
+           : rows == 2 ? std::string("paired_batch2")
+                       : "rows_" + std::to_string(rows);
+  };
   // A step's row tables (branch slots 0..rows-1 at position `prompt`), uploaded; they live in the
   // workspace's kPositions buffer, which embed_frames leaves alone.
   auto step_tables = [&](int64_t rows) {
@@ -338,7 +364,10 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const bool captured = run.captured;
     use_version(version);
 #ifdef DRAMA_WITH_CUDA
-    if (on_cuda) cuda::set_programmatic_launch(b, run.no_pdl ? false : pdl_default);
+    if (on_cuda) {
+      cuda::set_programmatic_launch(b, run.no_pdl ? false : pdl_default);
+      cuda::set_tensor_linear(b, run.other_linear ? !tensor_default : tensor_default);
+    }
 #endif
     const RowTables tables = step_tables(rows);
     std::vector<double> per_step;
@@ -379,9 +408,13 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const double t = median(per_step);
     nlohmann::json samples = nlohmann::json::array();
     for (double v : per_step) samples.push_back(v * 1e3);
+    std::string other_linear;
+#ifdef DRAMA_WITH_CUDA
+    if (run.other_linear) other_linear = tensor_default ? "_linear_cores" : "_linear_tensor";
+#endif
     nlohmann::json& row =
-        results[(rows == 1 ? "batch1" : "paired_batch2") + suffix(version, "_experts_v") +
-                (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "")];
+        results[rows_name(rows) + suffix(version, "_experts_v") + (captured ? "_graph" : "") +
+                (run.no_pdl ? "_no_pdl" : "") + other_linear];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},
@@ -402,7 +435,10 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   }
 
 #ifdef DRAMA_WITH_CUDA
-  if (on_cuda) cuda::set_programmatic_launch(b, pdl_default);
+  if (on_cuda) {
+    cuda::set_programmatic_launch(b, pdl_default);
+    cuda::set_tensor_linear(b, tensor_default);
+  }
 #endif
   // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):
   // where a step's time goes, kernel by kernel, beside the graph's time for the same step.
@@ -410,7 +446,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #ifdef DRAMA_WITH_CUDA
   if (on_cuda) {
     use_version(0);
-    for (const int64_t rows : {int64_t{1}, int64_t{2}}) {
+    for (const int64_t rows : all_rows) {
       const RowTables tables = step_tables(rows);
       const int32_t* ids = stage_ids(rows);
       const cuda::KernelTimes kt =
@@ -437,8 +473,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
                            {"launches", by_name[name].first},
                            {"us", by_name[name].second},
                            {"share", by_name[name].second / sum_us}});
-      const std::string graph_key = rows == 1 ? "batch1_graph" : "paired_batch2_graph";
-      kernel_times[rows == 1 ? "batch1" : "paired_batch2"] = {
+      const std::string graph_key = rows_name(rows) + "_graph";
+      kernel_times[rows_name(rows)] = {
           {"launches", kt.kernels.size()},
           {"sum_of_kernels_ms", sum_us * 1e-3},
           {"graph_step_ms",
