@@ -16,14 +16,15 @@ constexpr int kMaxHeadDim = 2 * kThreads;
 constexpr int kDimsPerLane = kMaxHeadDim / 32;
 constexpr int kSplits = 16;  // blocks per (row, head): a fixed split, whatever the batch
 
-// out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M), splits in increasing s, by the
-// block of the split that finished last (its loads through L2: the other splits wrote them).
-__device__ void merge_splits(const float* pt, int64_t head_dim, float* out) {
+// out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M) over the `used` splits that hold
+// positions, in increasing s, by the block of the split that finished last (its loads through L2:
+// the other splits wrote them).
+__device__ void merge_splits(const float* pt, int64_t head_dim, int used, float* out) {
   float big = -__int_as_float(0x7f800000);
-  for (int s = 0; s < kSplits; ++s) big = fmaxf(big, __ldcg(pt + s * (head_dim + 2)));
+  for (int s = 0; s < used; ++s) big = fmaxf(big, __ldcg(pt + s * (head_dim + 2)));
   float l = 0.0f;
   float w[kSplits];
-  for (int s = 0; s < kSplits; ++s) {
+  for (int s = 0; s < used; ++s) {
     const float ms = __ldcg(pt + s * (head_dim + 2));
     w[s] = ms == -__int_as_float(0x7f800000) ? 0.0f : expf(ms - big);
     l += __ldcg(pt + s * (head_dim + 2) + 1) * w[s];
@@ -31,7 +32,7 @@ __device__ void merge_splits(const float* pt, int64_t head_dim, float* out) {
   const float inv = 1.0f / l;
   for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < kSplits; ++s) o += __ldcg(pt + s * (head_dim + 2) + 2 + d) * w[s];
+    for (int s = 0; s < used; ++s) o += __ldcg(pt + s * (head_dim + 2) + 2 + d) * w[s];
     out[d] = o * inv;
   }
 }
@@ -48,7 +49,9 @@ __device__ void merge_splits(const float* pt, int64_t head_dim, float* out) {
 //   increasing position, acc = acc exp(m - m_new) + a.
 // Every operation is fixed by the row's own position and window, never by the batch. Loads go
 // ahead of their arithmetic: a chunk's values (first pass) are requested before its scores.
-// It writes (m, l, acc) to partial[t][s].
+// It writes (m, l, acc) to partial[t][s]. A split past the row's chunks (a span of fewer than
+// kSplits chunks) has nothing to add and returns at once: the row's own span says how many
+// splits hold positions, and the last of those merges.
 __global__ void attention_split_kernel(const float* __restrict__ q,
                                        const int32_t* __restrict__ positions,
                                        const int32_t* __restrict__ cache_row0,
@@ -66,6 +69,9 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
   const int64_t r = t / n_heads, h = t % n_heads, kvh = h / (n_heads / n_kv_heads);
   const int64_t last = positions[r];
   const int64_t first = window > 0 ? (last - window + 1 > 0 ? last - window + 1 : 0) : 0;
+  const int64_t chunks = (last - first + kChunk) / kChunk;
+  const int used = static_cast<int>(chunks < kSplits ? chunks : kSplits);
+  if (split >= used) return;  // the whole block
   const int64_t kv_stride = n_kv_heads * head_dim;
   const float* qv = q + t * head_dim;
   const int64_t base = (cache_row0 ? cache_row0[r] : 0) * kv_stride + kvh * head_dim;
@@ -149,16 +155,16 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
     const int64_t d = threadIdx.x + part * kThreads;
     if (d < head_dim) mine[2 + d] = acc[part];
   }
-  // The last of the kSplits blocks of (row, head) t merges them (whichever it is, it reads the
+  // The last of the `used` blocks of (row, head) t merges them (whichever it is, it reads the
   // same partials in the same order) and sets the counter back to 0 for the next call.
   __shared__ bool merges;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) merges = atomicAdd(counters + t, 1u) == kSplits - 1;
+  if (threadIdx.x == 0) merges = atomicAdd(counters + t, 1u) == static_cast<unsigned>(used - 1);
   __syncthreads();
   if (!merges) return;
   __threadfence();
-  merge_splits(partial + t * kSplits * (head_dim + 2), head_dim, out + t * head_dim);
+  merge_splits(partial + t * kSplits * (head_dim + 2), head_dim, used, out + t * head_dim);
   if (threadIdx.x == 0) counters[t] = 0;
 }
 
