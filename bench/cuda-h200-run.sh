@@ -14,7 +14,8 @@
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
 # DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench lanes torch ncu
 # http say e2e threads health"; the machine facts always run; torch needs bench's receipt), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
-# timing call.
+# timing call. DRAMA_STEP_ROWS: the backbone step's row counts beyond 1 and 2 (default 8,32,64);
+# DRAMA_LANES_CORES (a lane list): the lanes search also with DRAMA_CUDA_LINEAR=cores, side by side.
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
 set -u
@@ -74,7 +75,7 @@ cpu_bench_checkpoint() {
   if want bench; then
   section "bench decode --synthetic bench-30b-a3b"
   timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
-    --frames 10 --repeats 5 --json "$out/decode-h200.json" >/dev/null
+    --frames 10 --repeats 5 --step-rows ${DRAMA_STEP_ROWS:-8,32,64} --json "$out/decode-h200.json" >/dev/null
   echo "bench exit $?"
   python3 - "$out/decode-h200.json" <<'PY' || true
 import json, sys
@@ -116,7 +117,19 @@ PY
     --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
     --json "$out/lanes-h200.json" >/dev/null
   echo "lanes exit $?"
-  python3 - "$out/lanes-h200.json" <<'PY' || true
+  if [ -n "${DRAMA_LANES_CORES:-}" ]; then
+    # The same search with the BF16 products on CUDA cores (the kernel before tensor cores), side
+    # by side in this call: lane counts DRAMA_LANES_CORES.
+    DRAMA_CUDA_LINEAR=cores timeout 300 "$drama" bench decode --backend cuda \
+      --synthetic "$here/configs/bench-30b-a3b.json" --lanes "$DRAMA_LANES_CORES" \
+      --stop-below-real-time --context 256 --prefill-chunk 4096 --frames 8 \
+      --repeats ${DRAMA_LANES_REPEATS:-2} --json "$out/lanes-cores-h200.json" >/dev/null
+    echo "lanes (CUDA-core BF16 products) exit $?"
+  fi
+  for lanes_json in "$out/lanes-h200.json" "$out/lanes-cores-h200.json"; do
+  [ -f "$lanes_json" ] || continue
+  echo "$(basename "$lanes_json"):"
+  python3 - "$lanes_json" <<'PY' || true
 import json, sys
 j = json.load(open(sys.argv[1]))
 for r in j["runs"]:
@@ -132,6 +145,7 @@ print("skipped (a smaller count was already slower than real time):",
 print("most streams faster than real time:", j["most_streams_faster_than_real_time"],
       "limit:", j["limit_streams_faster_than_real_time"])
 PY
+  done
   fi
   if want torch; then
   section "PyTorch baselines (transformers eager BF16, plain PyTorch in a CUDA graph), same geometry"
@@ -199,7 +213,7 @@ machine = dict(zip(q.split(","), vals))
 machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
 for name in ("contract-h200.json", "contract-v1-h200.json", "decode-h200.json", "lanes-h200.json",
-             "decode-vs-torch-h200.json"):
+             "lanes-cores-h200.json", "decode-vs-torch-h200.json"):
     path = os.path.join(sys.argv[1], name)
     if os.path.exists(path):
         j = json.load(open(path))

@@ -304,10 +304,21 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
 
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give
 // for every (row, rank) the bits of the separate gate, up, swiglu and down calls on that row
-// alone, for batches of 1, 2, 3, 8 and 64 rows, NVFP4 and BF16 experts.
+// alone, for batches of 1, 2, 3, 8 and 64 rows, NVFP4 and BF16 experts. The separate calls run the
+// CUDA-core products (DRAMA_CUDA_LINEAR=cores), whose dot products (linear_dot.cuh) the grouped
+// kernels share: BF16 linear() itself runs on tensor cores, the same products accumulated in
+// another order (its own bitwise checks: the batch invariance test above and the contract).
 TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
+#ifdef DRAMA_WITH_CUDA
+  const bool tensor_before = cuda::set_tensor_linear(b, false);
+  struct Restore {
+    Backend& b;
+    bool on;
+    ~Restore() { cuda::set_tensor_linear(b, on); }
+  } restore{b, tensor_before};
+#endif
   for (const auto& [name, flags] :
        {std::pair{"tiny-nvfp4", "--nvfp4"}, std::pair{"tiny-bf16", ""}}) {
     const Checkpoint ckpt(testing::make_checkpoint(name, flags));

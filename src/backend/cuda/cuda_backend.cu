@@ -11,6 +11,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_experts.h"
+#include "backend/cuda/linear.cuh"
 #include "util/error.h"
 
 namespace drama {
@@ -371,6 +372,14 @@ bool set_programmatic_launch(Backend& backend, bool on) {
     g_pdl.store(on, std::memory_order_relaxed);
     cuda.forget_captured();  // graphs captured the launches as they were
   }
+  return before;
+}
+
+bool set_tensor_linear(Backend& backend, bool on) {
+  CudaBackend& cuda = cuda_of(backend);
+  cuda.synchronize();
+  const bool before = set_tensor_linear_flag(on);
+  if (before != on) cuda.forget_captured();  // graphs captured the other kernel's launches
   return before;
 }
 

@@ -41,6 +41,12 @@ double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays);
 // drama::Error when `backend` is not the CUDA backend.
 bool set_programmatic_launch(Backend& backend, bool on);
 
+// Switches the BF16 matrix products of every CUDA backend of the process between tensor cores
+// (true, the default) and the CUDA-core kernel (DRAMA_CUDA_LINEAR=cores: false), drops
+// `backend`'s captured graphs, and returns the previous setting. Throws drama::Error when
+// `backend` is not the CUDA backend.
+bool set_tensor_linear(Backend& backend, bool on);
+
 // Each kernel `work` launches on `backend` (not captured; launched as it comes), timed alone with
 // device events in launch order: a spinning kernel holds the stream while the host queues the
 // next launch, so a time is that kernel's own execution, without launch latency or the gaps

@@ -1,5 +1,8 @@
 #include "backend/cuda/linear.cuh"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/common.cuh"
@@ -40,6 +43,185 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
   }
 }
 
+// ---- BF16 products on tensor cores (the default; DRAMA_CUDA_LINEAR=cores for linear_kernel) ----
+//
+// y[r, o] = sum_i x[r, i] w[o, i] with mma.sync m16n8k16 (bfloat16 in, float32 accumulate): the
+// weight tile is A (16 output columns x 16 inputs), the activations B (16 inputs x 8 rows). Each
+// float32 activation is split into three bfloat16 terms by truncation, hi = x with the low 16 bits
+// cleared, mid the same of x - hi, lo = x - hi - mid: each difference is exact and x = hi + mid +
+// lo exactly (24 significand bits in three pieces of at most 8), so every product of a weight and
+// an activation term is exact, and the tensor core only rounds in accumulating (float32). Per
+// 16-input step an element gets three mma: lo, then mid into one accumulator, hi into another
+// (added at the end: hi + (mid + lo)). In a
+// step, lane (g, t) holds inputs 16 s + 4 t .. + 3 of its rows (A rows g and g + 8, B row g): the
+// four k slots mma gives a lane (2t, 2t + 1, 2t + 8, 2t + 9) are mapped to four consecutive
+// inputs, one 8-byte weight load and one 16-byte activation load; the map is the same for A and
+// B, so each product meets its own partner. Inputs past `in` and rows past `rows` or `out` are
+// zeros (adding an exact +0 changes no sum).
+// The reduction is cut into `slices` contiguous runs of steps, one warp each, fixed by the shape
+// alone (mma_slices), and the warps' sums are added in slice order; a block owns kMmaColumns output
+// columns and kMmaRows activation rows, and rows beyond go to further blocks (grid y) that do the
+// same arithmetic. So an element's operations never depend on the row count or on which rows
+// share its block: batch invariant. A warp issues the weight loads of kMmaAhead steps before
+// their arithmetic (the bytes in flight a product at batch 1 needs).
+constexpr int kMmaTilesN = 2;             // 8-row tiles per block
+constexpr int kMmaColumns = 16;           // output columns per block (one 16-row A tile)
+constexpr int kMmaRows = 8 * kMmaTilesN;  // activation rows per block
+constexpr int kMmaMaxSlices = 16;         // warps per block
+constexpr int64_t kMmaMinSteps = 8;       // 16-input steps a slice has at least
+constexpr int kMmaAhead = 8;              // steps whose weights are loaded at once
+
+std::atomic<bool> g_tensor_linear{[] {
+  const char* v = std::getenv("DRAMA_CUDA_LINEAR");
+  return !(v && std::string(v) == "cores");
+}()};
+
+struct MmaSlices {
+  int slices;
+  int64_t steps_per_slice;
+};
+// Up to 16 slices (512 threads, one block an SM) where the columns make at most a block for
+// every SM (132 on the H200), up to 8 (256 threads, two blocks an SM) where they make more: the
+// warps in flight a product at batch 1 needs. A function of (in, out) alone.
+MmaSlices mma_slices(int64_t in, int64_t out) {
+  const int64_t steps = (in + 15) / 16;
+  const int64_t most = (out + kMmaColumns - 1) / kMmaColumns <= 132 ? kMmaMaxSlices : 8;
+  int64_t slices = std::clamp<int64_t>(steps / kMmaMinSteps, 1, most);
+  const int64_t per = (steps + slices - 1) / slices;
+  slices = (steps + per - 1) / per;  // no empty slice
+  return {static_cast<int>(slices), per};
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four consecutive BF16 weights of row `row` from input k (zeros past in or out), as two words.
+__device__ __forceinline__ uint2 mma_weights(const uint16_t* __restrict__ w, int64_t row,
+                                             int64_t out, int64_t in, int64_t k, bool vec) {
+  if (row >= out || k >= in) return make_uint2(0, 0);
+  const uint16_t* p = w + row * in + k;
+  if (vec) return __ldg(reinterpret_cast<const uint2*>(p));
+  uint32_t h[4];
+  for (int e = 0; e < 4; ++e) h[e] = k + e < in ? __ldg(p + e) : 0;
+  return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+}
+
+// Four consecutive activations of row `row` from input k (zeros past in or rows).
+__device__ __forceinline__ float4 mma_activations(const float* __restrict__ x, int64_t row,
+                                                  int64_t rows, int64_t in, int64_t k, bool vec) {
+  if (row >= rows || k >= in) return make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* p = x + row * in + k;
+  if (vec) return *reinterpret_cast<const float4*>(p);
+  float v[4];
+  for (int e = 0; e < 4; ++e) v[e] = k + e < in ? p[e] : 0.0f;
+  return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+// The bfloat16 pair of the upper halves of two floats (first in the low half), then each float
+// minus its upper half (exact).
+__device__ __forceinline__ uint32_t take_upper_halves(float& a, float& b) {
+  const uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
+  a -= __uint_as_float(ua & 0xffff0000u);
+  b -= __uint_as_float(ub & 0xffff0000u);
+  return __byte_perm(ua, ub, 0x7632);
+}
+
+__global__ void __launch_bounds__(32 * kMmaMaxSlices)
+    linear_bf16_mma_kernel(const uint16_t* __restrict__ w, const float* __restrict__ x,
+                           int64_t rows, int64_t in, int64_t out, int64_t steps_per_slice,
+                           bool vec_w, bool vec_x, float* __restrict__ y) {
+  pdl_entry();
+  __shared__ float partial[kMmaMaxSlices][kMmaRows][kMmaColumns + 1];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slices = blockDim.x / 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kMmaColumns;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kMmaRows;
+  const int64_t row_tiles = (rows - r0 + 7) / 8;
+  const int ntiles = static_cast<int>(row_tiles < kMmaTilesN ? row_tiles : kMmaTilesN);
+  const int64_t steps = (in + 15) / 16;
+  const int64_t s0 = warp * steps_per_slice;
+  const int64_t s1 = s0 + steps_per_slice < steps ? s0 + steps_per_slice : steps;
+  // The hi terms' sums and the mid and lo terms' sums in separate accumulators: the tensor core's
+  // accumulation rounding then comes once per step at the size of the sum (hi), not three times.
+  float acc[kMmaTilesN][4], acc_low[kMmaTilesN][4];
+#pragma unroll
+  for (int n = 0; n < kMmaTilesN; ++n)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+  for (int64_t sa = s0; sa < s1; sa += kMmaAhead) {
+    uint32_t a[kMmaAhead][4];
+#pragma unroll
+    for (int u = 0; u < kMmaAhead; ++u) {
+      const int64_t k = 16 * (sa + u) + 4 * t;
+      const bool in_slice = sa + u < s1;
+      const uint2 row_g = in_slice ? mma_weights(w, o0 + g, out, in, k, vec_w) : make_uint2(0, 0);
+      const uint2 row_g8 =
+          in_slice ? mma_weights(w, o0 + g + 8, out, in, k, vec_w) : make_uint2(0, 0);
+      a[u][0] = row_g.x;   // row g, slots 2t, 2t + 1: inputs k, k + 1
+      a[u][1] = row_g8.x;  // row g + 8, the same inputs
+      a[u][2] = row_g.y;   // row g, slots 2t + 8, 2t + 9: inputs k + 2, k + 3
+      a[u][3] = row_g8.y;
+    }
+    // Row tile by row tile, the tile's activations of all kMmaAhead steps loaded at once (one
+    // latency for the steps, not one a step), then their arithmetic; the order of any element's
+    // operations is the same.
+#pragma unroll
+    for (int n = 0; n < kMmaTilesN; ++n) {
+      if (n >= ntiles) break;
+      float4 v[kMmaAhead];
+#pragma unroll
+      for (int u = 0; u < kMmaAhead; ++u)
+        v[u] = sa + u < s1
+                   ? mma_activations(x, r0 + 8 * n + g, rows, in, 16 * (sa + u) + 4 * t, vec_x)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < kMmaAhead; ++u) {
+        if (sa + u >= s1) break;
+        uint32_t b[3][2];
+#pragma unroll
+        for (int term = 0; term < 3; ++term) {
+          b[term][0] = take_upper_halves(v[u].x, v[u].y);
+          b[term][1] = take_upper_halves(v[u].z, v[u].w);
+        }
+        mma_bf16(acc_low[n], a[u], b[2][0], b[2][1]);
+        mma_bf16(acc_low[n], a[u], b[1][0], b[1][1]);
+        mma_bf16(acc[n], a[u], b[0][0], b[0][1]);
+      }
+    }
+  }
+  // Lane (g, t) holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1] of each row tile n:
+  // output column g (+ 8), activation row 8 n + 2 t (+ 1).
+  auto each = [&](auto&& f) {
+#pragma unroll
+    for (int n = 0; n < kMmaTilesN; ++n)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        f(8 * n + 2 * t + (q & 1), g + 8 * (q >> 1), acc[n][q] + acc_low[n][q]);
+  };
+  if (slices == 1) {
+    each([&](int rr, int oo, float v) {
+      if (r0 + rr < rows && o0 + oo < out) y[(r0 + rr) * out + o0 + oo] = v;
+    });
+    return;
+  }
+  each([&](int rr, int oo, float v) { partial[warp][rr][oo] = v; });
+  __syncthreads();
+  for (int e = threadIdx.x; e < kMmaRows * kMmaColumns; e += blockDim.x) {
+    const int rr = e / kMmaColumns, oo = e % kMmaColumns;
+    if (r0 + rr >= rows || o0 + oo >= out) continue;
+    float sum = partial[0][rr][oo];
+    for (int sl = 1; sl < slices; ++sl) sum += partial[sl][rr][oo];
+    y[(r0 + rr) * out + o0 + oo] = sum;
+  }
+}
+
 __global__ void dequantize_kernel(WeightFormat format, const void* data, const uint8_t* scales,
                                   float scale2, int64_t in, int64_t row0, int64_t count,
                                   float* out) {
@@ -65,20 +247,38 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
   const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
   const unsigned threads = 32 * kWarpsPerBlock;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.in % 4 == 0;
-  if (w.format == WeightFormat::NVFP4)
+  if (w.format == WeightFormat::BF16 && tensor_linear()) {
+    const MmaSlices sl = mma_slices(w.in, w.out);
+    const dim3 mma_grid(blocks_for(w.out, kMmaColumns), blocks_for(rows, kMmaRows));
+    const bool vec_w = reinterpret_cast<uintptr_t>(w.data) % 8 == 0 && w.in % 4 == 0;
+    launch(linear_bf16_mma_kernel, mma_grid, 32 * sl.slices, 0, stream,
+           static_cast<const uint16_t*>(w.data), x, rows, w.in, w.out, sl.steps_per_slice, vec_w,
+           vec_x, y);
+  } else if (w.format == WeightFormat::NVFP4)
     launch(linear_kernel<WeightFormat::NVFP4>, grid, threads, 0, stream, w.data, w.scales, w.scale2,
            x, rows, w.in, w.out, vec_x, y);
   else
     launch(linear_kernel<WeightFormat::BF16>, grid, threads, 0, stream, w.data, w.scales, w.scale2,
            x, rows, w.in, w.out, vec_x, y);
   if (timing_kernels()) {
-    const std::string name =
-        std::string("linear ") + (w.format == WeightFormat::NVFP4 ? "nvfp4 " : "bf16 ") +
-        std::to_string(rows) + "x" + std::to_string(w.in) + "->" + std::to_string(w.out);
+    const std::string name = std::string("linear ") +
+                             (w.format == WeightFormat::NVFP4 ? "nvfp4 "
+                              : tensor_linear()               ? "bf16 mma "
+                                                              : "bf16 ") +
+                             std::to_string(rows) + "x" + std::to_string(w.in) + "->" +
+                             std::to_string(w.out);
     check_launch(name.c_str());
   } else {
     check_launch("linear");
   }
+}
+
+bool tensor_linear() {
+  return g_tensor_linear.load(std::memory_order_relaxed);
+}
+
+bool set_tensor_linear_flag(bool on) {
+  return g_tensor_linear.exchange(on, std::memory_order_relaxed);
 }
 
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,

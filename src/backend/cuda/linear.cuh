@@ -1,9 +1,11 @@
 // Matrix products y[r, o] = sum_i x[r, i] w[o, i] (BF16 and NVFP4 W4A16) and NVFP4 dequantize
-// (spec section 4). One warp per output column with the dot products of linear_dot.cuh: each
-// lane sums a fixed strided subset of the reduction in increasing order and the warp adds the
-// lanes' sums in one butterfly order, for every row. Rows are taken in tiles that reuse each
-// weight load, and the tile never changes the order of any row's sum: a row's bits are the same
-// alone or in any batch.
+// (spec section 4). BF16 runs on tensor cores (linear.cu: mma with float32 accumulation, the
+// activations split exactly into three bfloat16 terms, a fixed reduction split by the input size
+// alone). NVFP4, and BF16 with DRAMA_CUDA_LINEAR=cores, run one warp per output column with the
+// dot products of linear_dot.cuh: each lane sums a fixed strided subset of the reduction in
+// increasing order and the warp adds the lanes' sums in one butterfly order, for every row. Rows
+// are taken in tiles that reuse each weight load, and the tile never changes the order of any
+// row's sum: a row's bits are the same alone or in any batch, on either kernel.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,6 +16,10 @@ namespace drama::cuda {
 
 void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
                    cudaStream_t stream);
+// Whether BF16 products run on tensor cores (DRAMA_CUDA_LINEAR unset or not "cores"), for every
+// CUDA backend of the process; set_tensor_linear_flag returns the previous setting.
+bool tensor_linear();
+bool set_tensor_linear_flag(bool on);
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,
                        cudaStream_t stream);
 
