@@ -58,19 +58,23 @@ cpu_bench_checkpoint() {
   section "contract --backend cuda"
   timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
   echo "contract exit $?"
-  section "contract --backend cuda, grouped experts v1 (DRAMA_CUDA_EXPERTS=v1)"
-  DRAMA_CUDA_EXPERTS=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-v1-h200.json" | tail -3
-  echo "contract v1 exit ${PIPESTATUS[0]}"
+  for v in ${DRAMA_ALT_EXPERTS:-v1}; do
+  section "contract --backend cuda, grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
+  DRAMA_CUDA_EXPERTS=$v timeout 400 "$drama" contract --backend cuda --json "$out/contract-$v-h200.json" | tail -3
+  echo "contract $v exit ${PIPESTATUS[0]}"
+  done
   fi
   if want parity; then
   section "parity tests (CUDA vs CPU)"
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
   echo "parity exit $?"
-  section "parity tests (CUDA vs CPU), grouped experts v1 (DRAMA_CUDA_EXPERTS=v1)"
-  DRAMA_CUDA_EXPERTS=v1 DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-v1 timeout 300 \
-    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-v1-h200.json"
-  echo "parity v1 exit $?"
+  for v in ${DRAMA_ALT_EXPERTS:-v1}; do
+  section "parity tests (CUDA vs CPU), grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
+  DRAMA_CUDA_EXPERTS=$v DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-$v timeout 300 \
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-$v-h200.json"
+  echo "parity $v exit $?"
+  done
   fi
   if want bench; then
   section "bench decode --synthetic bench-30b-a3b"
@@ -99,10 +103,11 @@ if isinstance(kt, dict):
 e = j["expert_products_one_layer"]
 for case in ("rows1", "rows2_shared", "rows2_disjoint"):
     for kind in ("", "_graph"):
-        a, b = e.get(case + kind + "_v1"), e.get(case + kind + "_v2")
-        if a and b:
-            print("v2 vs v1", case + kind, "%.1f -> %.1f us" % (a["us_per_layer"], b["us_per_layer"]),
-                  "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
+        for va, vb in (("_v1", "_v2"), ("_v2", "_v3")):
+            a, b = e.get(case + kind + va), e.get(case + kind + vb)
+            if a and b:
+                print(vb[1:], "vs", va[1:], case + kind, "%.1f -> %.1f us" % (a["us_per_layer"], b["us_per_layer"]),
+                      "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
 PY
   fi
   if want lanes; then
@@ -117,6 +122,14 @@ PY
     --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
     --json "$out/lanes-h200.json" >/dev/null
   echo "lanes exit $?"
+  if [ -n "${DRAMA_LANES_V2:-}" ]; then
+    # The same search with the CUDA-core grouped expert kernels (v2), side by side in this call.
+    DRAMA_CUDA_EXPERTS=v2 timeout 300 "$drama" bench decode --backend cuda \
+      --synthetic "$here/configs/bench-30b-a3b.json" --lanes "$DRAMA_LANES_V2" \
+      --stop-below-real-time --context 256 --prefill-chunk 4096 --frames 8 \
+      --repeats ${DRAMA_LANES_REPEATS:-2} --json "$out/lanes-v2-h200.json" >/dev/null
+    echo "lanes (experts v2) exit $?"
+  fi
   if [ -n "${DRAMA_LANES_CORES:-}" ]; then
     # The same search with the BF16 products on CUDA cores (the kernel before tensor cores), side
     # by side in this call: lane counts DRAMA_LANES_CORES.
@@ -126,7 +139,7 @@ PY
       --repeats ${DRAMA_LANES_REPEATS:-2} --json "$out/lanes-cores-h200.json" >/dev/null
     echo "lanes (CUDA-core BF16 products) exit $?"
   fi
-  for lanes_json in "$out/lanes-h200.json" "$out/lanes-cores-h200.json"; do
+  for lanes_json in "$out/lanes-h200.json" "$out/lanes-v2-h200.json" "$out/lanes-cores-h200.json"; do
   [ -f "$lanes_json" ] || continue
   echo "$(basename "$lanes_json"):"
   python3 - "$lanes_json" <<'PY' || true
@@ -212,7 +225,8 @@ vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"
 machine = dict(zip(q.split(","), vals))
 machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
-for name in ("contract-h200.json", "contract-v1-h200.json", "decode-h200.json", "lanes-h200.json",
+for name in ("contract-h200.json", "contract-v1-h200.json", "contract-v2-h200.json",
+             "contract-v3-h200.json", "decode-h200.json", "lanes-h200.json", "lanes-v2-h200.json",
              "lanes-cores-h200.json", "decode-vs-torch-h200.json"):
     path = os.path.join(sys.argv[1], name)
     if os.path.exists(path):

@@ -276,9 +276,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       expert_bytes = 2 * weight_bytes(l.moe.experts[0].gate) + weight_bytes(l.moe.experts[0].down);
     }
   bool expert_bytes_by_bench = false;
-  // On CUDA every section is timed with the backend's grouped expert kernels (DRAMA_CUDA_EXPERTS,
-  // default v2) under its plain name, then with v1 and v2 under names ending _experts_v1 / _v2
-  // (the expert products: _v1 / _v2), side by side in this one run.
+  // On CUDA every section is timed with the backend's grouped expert kernels (DRAMA_CUDA_EXPERTS)
+  // under its plain name, then with v1, v2 and v3 under names ending _experts_v1 / _v2 / _v3 (the
+  // expert products: _v1 / _v2 / _v3), side by side in this one run.
   std::vector<int> versions = {0};  // 0: the backend's own choice
 #ifdef DRAMA_WITH_CUDA
   const bool on_cuda = b.name().rfind("cuda", 0) == 0;
@@ -286,7 +286,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   if (on_cuda) {
     default_version = cuda::set_moe_experts_version(b, 1);
     cuda::set_moe_experts_version(b, default_version);
-    versions = {0, 1, 2};
+    versions = {0, 1, 2, 3};
   }
   auto use_version = [&](int v) {
     if (on_cuda) cuda::set_moe_experts_version(b, v == 0 ? default_version : v);
@@ -565,8 +565,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #ifdef DRAMA_WITH_CUDA
   if (on_cuda)
     experts_kernels = "CUDA grouped expert kernels v" + std::to_string(default_version) +
-                      " (DRAMA_CUDA_EXPERTS) for the plain names; v1 and v2 for the names ending "
-                      "_experts_v1/_v2 (backbone_step) and _v1/_v2 (expert_products_one_layer)";
+                      " (DRAMA_CUDA_EXPERTS) for the plain names; v1, v2 and v3 for the names "
+                      "ending _experts_v1/_v2/_v3 (backbone_step) and _v1/_v2/_v3 "
+                      "(expert_products_one_layer)";
 #endif
   const Ceiling ceil = measure_copy(b.name());
   // HBM serves reads and writes from one budget: the copy rate (bytes read + written) is the

@@ -189,8 +189,10 @@ CudaBackend::CudaBackend(int device) : device_(device) {
       experts_version_ = 1;
     else if (s == "v2" || s == "2")
       experts_version_ = 2;
+    else if (s == "v3" || s == "3")
+      experts_version_ = 3;
     else if (!s.empty())
-      throw Error("DRAMA_CUDA_EXPERTS=" + s + ": v1 or v2");
+      throw Error("DRAMA_CUDA_EXPERTS=" + s + ": v1, v2 or v3");
   }
 }
 

@@ -21,10 +21,10 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
                               const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
                               float* workspace, int replays);
 
-// Selects the grouped expert kernels Backend::moe_experts runs on `backend` (1 or 2; moe.cuh: the
-// same bits, a different layout) and returns the previous choice. The backend starts with
-// DRAMA_CUDA_EXPERTS (v1 or v2; unset: 2). Throws drama::Error when `backend` is not the CUDA
-// backend or the version is neither.
+// Selects the grouped expert kernels Backend::moe_experts runs on `backend` (1 or 2, moe.cuh: the
+// same bits, a different layout; 3: tensor cores, other bits) and returns the previous choice.
+// The backend starts with DRAMA_CUDA_EXPERTS (v1, v2 or v3; unset: 2). Throws drama::Error when
+// `backend` is not the CUDA backend or the version is none of them.
 int set_moe_experts_version(Backend& backend, int version);
 
 // Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when

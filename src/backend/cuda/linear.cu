@@ -8,6 +8,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/linear_dot.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace drama::cuda {
 
@@ -92,15 +93,6 @@ MmaSlices mma_slices(int64_t in, int64_t out) {
   return {static_cast<int>(slices), per};
 }
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Four consecutive BF16 weights of row `row` from input k (zeros past in or out), as two words.
 __device__ __forceinline__ uint2 mma_weights(const uint16_t* __restrict__ w, int64_t row,
                                              int64_t out, int64_t in, int64_t k, bool vec) {
@@ -121,15 +113,6 @@ __device__ __forceinline__ float4 mma_activations(const float* __restrict__ x, i
   float v[4];
   for (int e = 0; e < 4; ++e) v[e] = k + e < in ? p[e] : 0.0f;
   return make_float4(v[0], v[1], v[2], v[3]);
-}
-
-// The bfloat16 pair of the upper halves of two floats (first in the low half), then each float
-// minus its upper half (exact).
-__device__ __forceinline__ uint32_t take_upper_halves(float& a, float& b) {
-  const uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
-  a -= __uint_as_float(ua & 0xffff0000u);
-  b -= __uint_as_float(ub & 0xffff0000u);
-  return __byte_perm(ua, ub, 0x7632);
 }
 
 __global__ void __launch_bounds__(32 * kMmaMaxSlices)

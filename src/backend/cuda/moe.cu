@@ -8,6 +8,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/linear_dot.cuh"
+#include "backend/cuda/mma.cuh"
 #include "util/error.h"
 
 namespace drama::cuda {
@@ -522,6 +523,176 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
   }
 }
 
+// ---- Version 3 of the NVFP4 expert kernels (DRAMA_CUDA_EXPERTS=v3): tensor cores ----
+//
+// The products of version 2 on mma.sync (mma.cuh): each weight is its E2M1 code times its block
+// scale as a bfloat16 (exact), each activation three bfloat16 terms (exact), float32 accumulation
+// (the hi terms in one accumulator, mid and lo in another), the sum times scale_2, then SwiGLU as
+// version 2 writes it. The block of (chosen expert, 16 output columns) takes the expert's pairs
+// in tiles of 8 (mma's B columns); the reduction is cut into groups of 128 inputs, lane (g, t)
+// holding inputs 128 q + 32 t .. + 31 of its rows (16 code bytes, 2 block scales, 32
+// activations: step s of the group uses inputs 128 q + 32 t + 4 s .. + 3, the same map for A and
+// B), and the groups into at most kV3MaxSlices contiguous slices, one warp each, summed in slice
+// order. Slices, groups and tiles are fixed by the shapes alone, so a pair's bits are the same
+// whatever other pairs share its expert or its batch. Not the arithmetic of versions 1 and 2.
+constexpr int kV3MaxSlices = 8;
+constexpr int kV3Cols = 16;
+
+struct V3Split {
+  int slices;
+  int64_t groups_per_slice;
+};
+V3Split v3_split(int64_t in) {
+  const int64_t groups = (in + 127) / 128;
+  int64_t slices = groups < kV3MaxSlices ? groups : kV3MaxSlices;
+  const int64_t per = (groups + slices - 1) / slices;
+  slices = (groups + per - 1) / per;
+  return {static_cast<int>(slices), per};
+}
+
+// Codes of inputs kb .. kb + 31 of a row (two 8-byte halves, zeros past in) and the two block
+// scales as bfloat16 pairs.
+__device__ __forceinline__ void v3_weights(const uint8_t* codes, const uint8_t* scales, int64_t in,
+                                           int64_t kb, bool valid, uint32_t (&w)[4],
+                                           uint32_t (&sc)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t k = kb + 16 * h;
+    if (valid && k < in) {
+      const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes + k / 2));
+      w[2 * h] = c.x;
+      w[2 * h + 1] = c.y;
+      sc[h] = e4m3_bf16x2(__ldg(scales + k / 16));
+    } else {
+      w[2 * h] = w[2 * h + 1] = 0;
+      sc[h] = 0;
+    }
+  }
+}
+
+template <int NW>
+__global__ void __launch_bounds__(32 * kV3MaxSlices)
+    moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
+                        int64_t inter, const float* __restrict__ x, int64_t pairs, int64_t k,
+                        int64_t out_slots, int64_t groups_per_slice, bool vec_x, float* workspace,
+                        float* __restrict__ out) {
+  pdl_entry();
+  __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
+  const MoeLayout m = moe_layout(workspace, pairs, n_stored);
+  const int slot = blockIdx.x;
+  const int32_t active_s = m.active[slot];
+  if (slot >= *m.n_active) return;  // the whole block
+  const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kV3Cols;
+  const DeviceExpert e = experts[active_s];
+  const int64_t p0 = m.start[active_s], n = m.start[active_s + 1] - p0;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, slices = blockDim.x / 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int first[2] = {NW == 2 ? 0 : 2, 1};
+  const int64_t groups = (in + 127) / 128;
+  const int64_t q0 = warp * groups_per_slice;
+  const int64_t q1 = q0 + groups_per_slice < groups ? q0 + groups_per_slice : groups;
+  // Weight rows o0 + g and o0 + g + 8 of each matrix (codes, scales), when they exist.
+  const uint8_t* codes[NW][2];
+  const uint8_t* scl[NW][2];
+  bool valid[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t o = o0 + g + 8 * h;
+    valid[h] = o < columns;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      codes[w][h] = static_cast<const uint8_t*>(e.data[first[w]]) + (valid[h] ? o : 0) * (in / 2);
+      scl[w][h] = e.scales[first[w]] + (valid[h] ? o : 0) * (in / 16);
+    }
+  }
+  for (int64_t i0 = 0; i0 < n; i0 += 8) {
+    // B column g: pair p0 + i0 + g (its x row, or its act row for down).
+    const bool has_row = i0 + g < n;
+    const float* xrow = nullptr;
+    if (has_row) {
+      if constexpr (NW == 2)
+        xrow = x + (m.order[p0 + i0 + g] / k) * hidden;
+      else
+        xrow = m.act + (p0 + i0 + g) * inter;
+    }
+    float acc[NW][4], acc_low[NW][4];
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[w][q] = acc_low[w][q] = 0.0f;
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t kb = 128 * q + 32 * t;
+      uint32_t wc[NW][2][4], sc[NW][2][2];
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          v3_weights(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
+      float4 v[8];
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        const int64_t kk = kb + 4 * s;
+        if (!has_row || kk >= in) {
+          v[s] = make_float4(0.f, 0.f, 0.f, 0.f);
+        } else if (vec_x) {
+          v[s] = *reinterpret_cast<const float4*>(xrow + kk);
+        } else {
+          v[s] = make_float4(xrow[kk], xrow[kk + 1], xrow[kk + 2], xrow[kk + 3]);
+        }
+      }
+#pragma unroll
+      // Every lane runs all 8 steps (mma.sync needs the whole warp): inputs past `in` are zero
+      // codes and zero activations, which add exact zeros.
+      for (int s = 0; s < 8; ++s) {
+        uint32_t b[3][2];
+#pragma unroll
+        for (int term = 0; term < 3; ++term) {
+          b[term][0] = take_upper_halves(v[s].x, v[s].y);
+          b[term][1] = take_upper_halves(v[s].z, v[s].w);
+        }
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
+          uint32_t a[4];
+          e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), sc[w][0][s / 4], a[0], a[2]);
+          e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), sc[w][1][s / 4], a[1], a[3]);
+          mma_bf16(acc_low[w], a, b[2][0], b[2][1]);
+          mma_bf16(acc_low[w], a, b[1][0], b[1][1]);
+          mma_bf16(acc[w], a, b[0][0], b[0][1]);
+        }
+      }
+    }
+    // Lane (g, t) holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1]: column g (+ 8) of
+    // the block, pair i0 + 2t (+ 1) of the tile.
+    __syncthreads();  // the previous tile's partials have been read
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        partial[warp][w][2 * t + (q & 1)][g + 8 * (q >> 1)] = acc[w][q] + acc_low[w][q];
+    __syncthreads();
+    for (int el = threadIdx.x; el < 8 * kV3Cols; el += blockDim.x) {
+      const int rr = el / kV3Cols, c = el % kV3Cols;
+      const int64_t o = o0 + c;
+      if (i0 + rr >= n || o >= columns) continue;
+      float sum[NW];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        sum[w] = partial[0][w][rr][c];
+        for (int sl = 1; sl < slices; ++sl) sum[w] += partial[sl][w][rr][c];
+      }
+      if constexpr (NW == 2) {
+        const float gs = sum[0] * e.scale2[0], us = sum[1] * e.scale2[1];
+        m.act[(p0 + i0 + rr) * inter + o] = gs / (1.0f + expf(-gs)) * us;
+      } else {
+        const int64_t p = m.order[p0 + i0 + rr], r = p / k, j = p % k;
+        out[(r * out_slots + j) * hidden + o] = sum[0] * e.scale2[2];
+      }
+    }
+  }
+}
+
 // Opts a v2 kernel into `bytes` of dynamic shared memory (once per size it grows to).
 template <typename Kernel>
 void allow_shared(Kernel kernel, int64_t bytes, std::atomic<int64_t>& allowed) {
@@ -575,7 +746,19 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   const unsigned threads = 32 * kExpertWarps;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
   const bool vec_act = reinterpret_cast<uintptr_t>(workspace) % 16 == 0 && inter % 4 == 0;
-  if (version == 2 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
+  if (version == 3 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
+    const V3Split up = v3_split(hidden), down = v3_split(inter);
+    launch(moe_nvfp4_v3_kernel<2>, dim3(slots, blocks_for(inter, kV3Cols)), 32 * up.slices, 0,
+           stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, up.groups_per_slice,
+           vec_x, workspace, out);
+    check_launch("moe_experts gate/up (v3)");
+    launch(moe_nvfp4_v3_kernel<1>, dim3(slots, blocks_for(hidden, kV3Cols)), 32 * down.slices, 0,
+           stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, down.groups_per_slice,
+           vec_act, workspace, out);
+    check_launch("moe_experts down (v3)");
+    return;
+  }
+  if (version >= 2 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
     const int tile_rows = static_cast<int>(rows < kRowTile ? rows : kRowTile);
     const int64_t up_bytes = v2_shared_bytes(2, kUpCols, hidden, tile_rows),
                   down_bytes = v2_shared_bytes(1, kDownCols, inter, tile_rows);
@@ -723,8 +906,8 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
 int set_moe_experts_version(Backend& backend, int version) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   if (!cuda) throw Error("the grouped expert kernels need the CUDA backend, not " + backend.name());
-  if (version != 1 && version != 2)
-    throw Error("moe_experts version " + std::to_string(version) + ": 1 or 2");
+  if (version < 1 || version > 3)
+    throw Error("moe_experts version " + std::to_string(version) + ": 1, 2 or 3");
   const int before = cuda->experts_version();
   cuda->set_experts_version(version);
   return before;
