@@ -6,8 +6,9 @@
 // Skips, saying why, when there is no usable CUDA device (the build machines have none).
 //
 // Tolerance: both backends compute in float32 from the same dequantized weights; they differ in
-// summation order (warp-strided lanes and butterfly trees vs blocked SIMD sums) and in
-// exp/erf/rsqrt rounding (CUDA's libdevice vs glibc, a few ulp). This is the situation of
+// summation order (warp-strided lanes and butterfly trees, or tensor-core tiles whose products of
+// exactly split activations are exact, vs blocked SIMD sums) and in exp/erf/rsqrt rounding
+// (CUDA's libdevice vs glibc, a few ulp). This is the situation of
 // tests/model/test_parity.cpp (engine vs the PyTorch reference, same derivation: dot products of
 // n <= 128 carry ~sqrt(n) 2^-24 ~ 7e-7 relative, about a dozen dependent operations add up to a
 // few 1e-6), so the same 1e-5 applies, two orders of magnitude below one BF16 rounding of the
