@@ -26,12 +26,13 @@ struct DeviceExpert {
 // expert and 8 intermediate columns, each warp forms the gate and up dot products of its column
 // for every pair of that expert (each weight read once for all of them) and writes
 // silu(gate) * up; (3) likewise the down product into out[(r * out_slots + j), :]. The dot
-// products are those of linear() (linear_dot.cuh) and the activation is swiglu()'s formula, so
-// every element has the bits of the separate linear, swiglu and linear calls.
-// version 2 (NVFP4 experts whose hidden and intermediate sizes are multiples of 16, when the
+// products are those of the CUDA-core linear() (linear_dot.cuh) and the activation is swiglu()'s
+// formula, so every element has the bits of the separate CUDA-core linear, swiglu and linear calls.
+// Version 2 (NVFP4 experts whose hidden and intermediate sizes are multiples of 16, when the
 // shared tiles fit the device) runs the same arithmetic from weight tiles copied into shared
 // memory with cp.async and activations staged once per block (moe.cu): the bits of version 1.
-// Any other version, BF16 experts, or shapes it does not take: version 1.
+// Version 3 (NVFP4, sizes multiples of 16) runs the products on tensor cores (mma.cuh): batch
+// invariant, other bits. BF16 experts, or shapes a version does not take: version 1.
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         int64_t hidden, int64_t inter, const float* x, int64_t rows,
