@@ -194,6 +194,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     else if (!s.empty())
       throw Error("DRAMA_CUDA_EXPERTS=" + s + ": v1, v2 or v3");
   }
+  // The BF16 product kernel (linear.cuh) is chosen process-wide from the same variable; a value
+  // it does not know is refused here, with the backend.
+  if (const char* v = std::getenv("DRAMA_CUDA_LINEAR")) {
+    const std::string s = v;
+    if (s != "cores" && s != "tensor" && !s.empty())
+      throw Error("DRAMA_CUDA_LINEAR=" + s + ": cores or tensor");
+  }
 }
 
 CudaBackend::~CudaBackend() {

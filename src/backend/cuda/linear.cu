@@ -53,14 +53,13 @@ __global__ void linear_kernel(const void* __restrict__ data, const uint8_t* __re
 // lo exactly (24 significand bits in three pieces of at most 8), so every product of a weight and
 // an activation term is exact, and the tensor core only rounds in accumulating (float32). Per
 // 16-input step an element gets three mma: lo, then mid into one accumulator, hi into another
-// (added at the end: hi + (mid + lo)). In a
-// step, lane (g, t) holds inputs 16 s + 4 t .. + 3 of its rows (A rows g and g + 8, B row g): the
-// four k slots mma gives a lane (2t, 2t + 1, 2t + 8, 2t + 9) are mapped to four consecutive
-// inputs, one 8-byte weight load and one 16-byte activation load; the map is the same for A and
-// B, so each product meets its own partner. Inputs past `in` and rows past `rows` or `out` are
-// zeros (adding an exact +0 changes no sum).
-// The reduction is cut into `slices` contiguous runs of steps, one warp each, fixed by the shape
-// alone (mma_slices), and the warps' sums are added in slice order; a block owns kMmaColumns output
+// (added at the end: hi + (mid + lo)). In a step, lane (g, t) holds inputs 16 s + 4 t .. + 3 of
+// its rows (A rows g and g + 8, B row g): the four k slots mma gives a lane (2t, 2t + 1, 2t + 8,
+// 2t + 9) are mapped to four consecutive inputs, one 8-byte weight load and one 16-byte
+// activation load; the map is the same for A and B, so each product meets its own partner. Inputs
+// past `in` and rows past `rows` or `out` are zeros (adding an exact +0 changes no sum). The
+// reduction is cut into `slices` contiguous runs of steps, one warp each, fixed by the shape alone
+// (mma_slices), and the warps' sums are added in slice order; a block owns kMmaColumns output
 // columns and kMmaRows activation rows, and rows beyond go to further blocks (grid y) that do the
 // same arithmetic. So an element's operations never depend on the row count or on which rows
 // share its block: batch invariant. A warp issues the weight loads of kMmaAhead steps before
