@@ -76,16 +76,23 @@ def write_corpus(folder):
 class Layouts(unittest.TestCase):
     @unittest.skipUnless(DRAMA, "DRAMA_BIN is not set")
     def test_layouts_equal_make_checkpoint(self):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "ckpt")
-            subprocess.run([DRAMA, "make-checkpoint", "--config", TINY, "--seed", "1", "-o", out],
-                           check=True, capture_output=True)
-            tensors, _ = safetensors_io.load_dir(out)
-            mine = {n: s for n, s, _ in layout.drama3_layout(tiny_config())}
-            self.assertEqual(mine, {n: list(t.shape) for n, t in tensors.items()})
-            codec, _ = safetensors_io.load(os.path.join(out, "codec", "model.safetensors"))
-            mine = {n: s for n, s, _ in layout.mimi_layout(tiny_config()["codec"])}
-            self.assertEqual(mine, {n: list(t.shape) for n, t in codec.items()})
+        # The tiny config, drama-mini's and its 25 frames/s variant (codec strides 8, 6, 5, 2:
+        # the engine derives the frame rate from them; make-checkpoint refuses a config whose
+        # audio frame_rate disagrees).
+        for path in (TINY, os.path.join(HERE, "drama-mini.json"),
+                     os.path.join(HERE, "drama-mini-25.json")):
+            with open(path) as f:
+                config = json.load(f)
+            with tempfile.TemporaryDirectory() as tmp, self.subTest(config=os.path.basename(path)):
+                out = os.path.join(tmp, "ckpt")
+                subprocess.run([DRAMA, "make-checkpoint", "--config", path, "--seed", "1", "-o", out],
+                               check=True, capture_output=True)
+                tensors, _ = safetensors_io.load_dir(out)
+                mine = {n: s for n, s, _ in layout.drama3_layout(config)}
+                self.assertEqual(mine, {n: list(t.shape) for n, t in tensors.items()})
+                codec, _ = safetensors_io.load(os.path.join(out, "codec", "model.safetensors"))
+                mine = {n: s for n, s, _ in layout.mimi_layout(config["codec"])}
+                self.assertEqual(mine, {n: list(t.shape) for n, t in codec.items()})
 
 
 class Parity(unittest.TestCase):
