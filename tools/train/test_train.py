@@ -76,11 +76,12 @@ def write_corpus(folder):
 class Layouts(unittest.TestCase):
     @unittest.skipUnless(DRAMA, "DRAMA_BIN is not set")
     def test_layouts_equal_make_checkpoint(self):
-        # The tiny config, drama-mini's and its 25 frames/s variant (codec strides 8, 6, 5, 2:
-        # the engine derives the frame rate from them; make-checkpoint refuses a config whose
-        # audio frame_rate disagrees).
+        # The tiny config, drama-mini's, its 25 frames/s variant (codec strides 8, 6, 5, 2: the
+        # engine derives the frame rate from them; make-checkpoint refuses a config whose audio
+        # frame_rate disagrees) and its 16-codebook variant.
         for path in (TINY, os.path.join(HERE, "drama-mini.json"),
-                     os.path.join(HERE, "drama-mini-25.json")):
+                     os.path.join(HERE, "drama-mini-25.json"),
+                     os.path.join(HERE, "drama-mini-16q.json")):
             with open(path) as f:
                 config = json.load(f)
             with tempfile.TemporaryDirectory() as tmp, self.subTest(config=os.path.basename(path)):
