@@ -154,6 +154,35 @@ __host__ __device__ inline MoeLayout moe_layout(float* workspace, int64_t pairs,
   return m;
 }
 
+// The chosen expert of an expert kernel's block (grid x = slot): its stored index and its pairs
+// p0 .. p0 + n in the grouped order; false for a slot past the chosen experts (the whole block
+// returns). active[slot] is loaded beside n_active (slot < n_stored: in bounds, used only when
+// active).
+struct ChosenExpert {
+  int32_t s;
+  int64_t p0, n;
+};
+__device__ __forceinline__ bool chosen_expert(const MoeLayout& m, int slot, ChosenExpert& c) {
+  const int32_t s = m.active[slot];
+  if (slot >= *m.n_active) return false;
+  c = {s, m.start[s], m.start[s + 1] - m.start[s]};
+  return true;
+}
+
+// The outputs of pair position `at` (grouped order) at column o, written the same way by every
+// version: act[at, o] = silu(gate) * up from the scaled gate and up sums; the down sum into
+// out[(r * out_slots + j), o] for the pair's (row, rank).
+__device__ __forceinline__ void store_act(const MoeLayout& m, int64_t at, int64_t inter, int64_t o,
+                                          float gs, float us) {
+  m.act[at * inter + o] = gs / (1.0f + expf(-gs)) * us;
+}
+__device__ __forceinline__ void store_down(const MoeLayout& m, int64_t at, int64_t k,
+                                           int64_t out_slots, int64_t hidden, int64_t o, float v,
+                                           float* out) {
+  const int64_t p = m.order[at], r = p / k, j = p % k;
+  out[(r * out_slots + j) * hidden + o] = v;
+}
+
 // One block: counts per stored expert in shared memory, then warp 0 scans them (lane l owns a
 // contiguous run of experts) into start[] and the list of chosen experts, then each expert's
 // pairs are written in increasing pair order (row, then rank).
@@ -236,14 +265,13 @@ __global__ void moe_gate_up_kernel(const DeviceExpert* __restrict__ experts, int
                                    int64_t pairs, int64_t k, bool vec_x, float* workspace) {
   pdl_entry();
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
-  const int slot = blockIdx.x;
-  if (slot >= *m.n_active) return;
+  ChosenExpert chosen;
+  if (!chosen_expert(m, blockIdx.x, chosen)) return;
   const int lane = threadIdx.x % 32;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + threadIdx.x / 32;
   if (o >= inter) return;
-  const int32_t s = m.active[slot];
-  const DeviceExpert e = experts[s];
-  const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
+  const DeviceExpert e = experts[chosen.s];
+  const int64_t p0 = chosen.p0, n = chosen.n;
   for (int64_t i0 = 0; i0 < n; i0 += kRowTile) {
     const int nr = static_cast<int>(n - i0 < kRowTile ? n - i0 : kRowTile);
     const float* xs[kRowTile];
@@ -261,7 +289,7 @@ __global__ void moe_gate_up_kernel(const DeviceExpert* __restrict__ experts, int
         gs = gs * e.scale2[0];
         us = us * e.scale2[1];
       }
-      if (lane == 0) m.act[(p0 + i0 + rr) * inter + o] = gs / (1.0f + expf(-gs)) * us;
+      if (lane == 0) store_act(m, p0 + i0 + rr, inter, o, gs, us);
     }
   }
 }
@@ -274,14 +302,13 @@ __global__ void moe_down_kernel(const DeviceExpert* __restrict__ experts, int64_
                                 float* __restrict__ out) {
   pdl_entry();
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
-  const int slot = blockIdx.x;
-  if (slot >= *m.n_active) return;
+  ChosenExpert chosen;
+  if (!chosen_expert(m, blockIdx.x, chosen)) return;
   const int lane = threadIdx.x % 32;
   const int64_t o = static_cast<int64_t>(blockIdx.y) * kExpertWarps + threadIdx.x / 32;
   if (o >= hidden) return;
-  const int32_t s = m.active[slot];
-  const DeviceExpert e = experts[s];
-  const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
+  const DeviceExpert e = experts[chosen.s];
+  const int64_t p0 = chosen.p0, n = chosen.n;
   for (int64_t i0 = 0; i0 < n; i0 += kRowTile) {
     const int nr = static_cast<int>(n - i0 < kRowTile ? n - i0 : kRowTile);
     const float* xs[kRowTile];
@@ -293,8 +320,7 @@ __global__ void moe_down_kernel(const DeviceExpert* __restrict__ experts, int64_
       if (rr >= nr) break;
       float sum = warp_sum(acc[rr]);
       if constexpr (Format == WeightFormat::NVFP4) sum = sum * e.scale2[2];
-      const int64_t p = m.order[p0 + i0 + rr], r = p / k, j = p % k;
-      if (lane == 0) out[(r * out_slots + j) * hidden + o] = sum;
+      if (lane == 0) store_down(m, p0 + i0 + rr, k, out_slots, hidden, o, sum, out);
     }
   }
 }
@@ -437,16 +463,13 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
   pdl_entry();
   extern __shared__ __align__(16) uint8_t smem[];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
-  const int slot = blockIdx.x;
-  // active[slot] is loaded beside n_active (slot < n_stored: in bounds, used only when active).
-  const int32_t active_s = m.active[slot];
-  if (slot >= *m.n_active) return;  // the whole block
+  ChosenExpert chosen;
+  if (!chosen_expert(m, blockIdx.x, chosen)) return;  // the whole block
   const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * Cols;
   const int ncols = static_cast<int>(columns - o0 < Cols ? columns - o0 : Cols);
-  const int32_t s = active_s;
-  const DeviceExpert e = experts[s];
-  const int64_t p0 = m.start[s], n = m.start[s + 1] - p0;
+  const DeviceExpert e = experts[chosen.s];
+  const int64_t p0 = chosen.p0, n = chosen.n;
   const int64_t blocks = in / 16, xstride = blocks * kXPad, row_bytes = in / 2;
   float* sx = reinterpret_cast<float*>(smem);
   uint8_t* scodes = smem + static_cast<int64_t>(tile_rows) * xstride * 4;
@@ -510,12 +533,11 @@ __global__ void __launch_bounds__(kV2Threads, NW == 2 ? 3 : 4)
             float gs = warp_sum(acc[rr]), us = warp_sum(acc[kRowTile + rr]);
             gs = gs * e.scale2[0];
             us = us * e.scale2[1];
-            if (lane == 0) m.act[(p0 + i0 + rr) * inter + o] = gs / (1.0f + expf(-gs)) * us;
+            if (lane == 0) store_act(m, p0 + i0 + rr, inter, o, gs, us);
           } else {
             float sum = warp_sum(acc[rr]);
             sum = sum * e.scale2[2];
-            const int64_t p = m.order[p0 + i0 + rr], r = p / k, j = p % k;
-            if (lane == 0) out[(r * out_slots + j) * hidden + o] = sum;
+            if (lane == 0) store_down(m, p0 + i0 + rr, k, out_slots, hidden, o, sum, out);
           }
         }
       }
@@ -579,13 +601,12 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices)
   pdl_entry();
   __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
-  const int slot = blockIdx.x;
-  const int32_t active_s = m.active[slot];
-  if (slot >= *m.n_active) return;  // the whole block
+  ChosenExpert chosen;
+  if (!chosen_expert(m, blockIdx.x, chosen)) return;  // the whole block
   const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kV3Cols;
-  const DeviceExpert e = experts[active_s];
-  const int64_t p0 = m.start[active_s], n = m.start[active_s + 1] - p0;
+  const DeviceExpert e = experts[chosen.s];
+  const int64_t p0 = chosen.p0, n = chosen.n;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, slices = blockDim.x / 32;
   const int g = lane >> 2, t = lane & 3;
   const int first[2] = {NW == 2 ? 0 : 2, 1};
@@ -682,13 +703,10 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices)
         sum[w] = partial[0][w][rr][c];
         for (int sl = 1; sl < slices; ++sl) sum[w] += partial[sl][w][rr][c];
       }
-      if constexpr (NW == 2) {
-        const float gs = sum[0] * e.scale2[0], us = sum[1] * e.scale2[1];
-        m.act[(p0 + i0 + rr) * inter + o] = gs / (1.0f + expf(-gs)) * us;
-      } else {
-        const int64_t p = m.order[p0 + i0 + rr], r = p / k, j = p % k;
-        out[(r * out_slots + j) * hidden + o] = sum[0] * e.scale2[2];
-      }
+      if constexpr (NW == 2)
+        store_act(m, p0 + i0 + rr, inter, o, sum[0] * e.scale2[0], sum[1] * e.scale2[1]);
+      else
+        store_down(m, p0 + i0 + rr, k, out_slots, hidden, o, sum[0] * e.scale2[2], out);
     }
   }
 }
