@@ -194,13 +194,9 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     else if (!s.empty())
       throw Error("DRAMA_CUDA_EXPERTS=" + s + ": v1, v2 or v3");
   }
-  // The BF16 product kernel (linear.cuh) is chosen process-wide from the same variable; a value
-  // it does not know is refused here, with the backend.
-  if (const char* v = std::getenv("DRAMA_CUDA_LINEAR")) {
-    const std::string s = v;
-    if (s != "cores" && s != "tensor" && !s.empty())
-      throw Error("DRAMA_CUDA_LINEAR=" + s + ": cores or tensor");
-  }
+  // The BF16 product kernel is chosen process-wide (linear.cuh); a bad DRAMA_CUDA_LINEAR is
+  // refused here, with the backend.
+  check_linear_environment();
 }
 
 CudaBackend::~CudaBackend() {

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_backend.cuh"
 #include "backend/cuda/linear_dot.cuh"
 #include "backend/cuda/mma.cuh"
+#include "util/error.h"
 
 namespace drama::cuda {
 
@@ -71,10 +72,12 @@ constexpr int kMmaMaxSlices = 16;         // warps per block
 constexpr int64_t kMmaMinSteps = 8;       // 16-input steps a slice has at least
 constexpr int kMmaAhead = 8;              // steps whose weights are loaded at once
 
-std::atomic<bool> g_tensor_linear{[] {
+// DRAMA_CUDA_LINEAR: "cores" for the CUDA-core kernel; unset, empty or "tensor" for tensor cores.
+const char* linear_environment() {
   const char* v = std::getenv("DRAMA_CUDA_LINEAR");
-  return !(v && std::string(v) == "cores");
-}()};
+  return v ? v : "";
+}
+std::atomic<bool> g_tensor_linear{std::string(linear_environment()) != "cores"};
 
 struct MmaSlices {
   int slices;
@@ -257,6 +260,12 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
 
 bool tensor_linear() {
   return g_tensor_linear.load(std::memory_order_relaxed);
+}
+
+void check_linear_environment() {
+  const std::string v = linear_environment();
+  if (!v.empty() && v != "cores" && v != "tensor")
+    throw Error("DRAMA_CUDA_LINEAR=" + v + ": cores or tensor");
 }
 
 bool set_tensor_linear_flag(bool on) {

@@ -20,6 +20,8 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
 // CUDA backend of the process; set_tensor_linear_flag returns the previous setting.
 bool tensor_linear();
 bool set_tensor_linear_flag(bool on);
+// Throws drama::Error when DRAMA_CUDA_LINEAR is set to neither "cores" nor "tensor".
+void check_linear_environment();
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,
                        cudaStream_t stream);
 
