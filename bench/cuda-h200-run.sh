@@ -117,26 +117,25 @@ PY
   # --stop-below-real-time: lane counts in increasing order up to the first whose streams are
   # slower than real time (the 09:33 run of 2026-12-03 timed every count of 1,64,...,384 three
   # times and ran past its 420 s: each pass prefills every lane's prompt).
-  timeout 420 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
-    --lanes ${DRAMA_LANES:-1,16,32,48,64,96,128,192,256,384} --stop-below-real-time --context 256 \
-    --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
-    --json "$out/lanes-h200.json" >/dev/null
+  # lanes_search SECONDS LANES JSON [VAR=VALUE...]: one search, with the environment given.
+  lanes_search() {
+    local seconds=$1 lanes=$2 json=$3
+    shift 3
+    env "$@" timeout "$seconds" "$drama" bench decode --backend cuda \
+      --synthetic "$here/configs/bench-30b-a3b.json" --lanes "$lanes" --stop-below-real-time \
+      --context 256 --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
+      --json "$out/$json" >/dev/null
+  }
+  lanes_search 420 "${DRAMA_LANES:-1,16,32,48,64,96,128,192,256,384}" lanes-h200.json
   echo "lanes exit $?"
+  # Side by side in this call: the CUDA-core grouped expert kernels (v2) and the BF16 products on
+  # CUDA cores (the kernel before tensor cores), at the lane counts given.
   if [ -n "${DRAMA_LANES_V2:-}" ]; then
-    # The same search with the CUDA-core grouped expert kernels (v2), side by side in this call.
-    DRAMA_CUDA_EXPERTS=v2 timeout 300 "$drama" bench decode --backend cuda \
-      --synthetic "$here/configs/bench-30b-a3b.json" --lanes "$DRAMA_LANES_V2" \
-      --stop-below-real-time --context 256 --prefill-chunk 4096 --frames 8 \
-      --repeats ${DRAMA_LANES_REPEATS:-2} --json "$out/lanes-v2-h200.json" >/dev/null
+    lanes_search 300 "$DRAMA_LANES_V2" lanes-v2-h200.json DRAMA_CUDA_EXPERTS=v2
     echo "lanes (experts v2) exit $?"
   fi
   if [ -n "${DRAMA_LANES_CORES:-}" ]; then
-    # The same search with the BF16 products on CUDA cores (the kernel before tensor cores), side
-    # by side in this call: lane counts DRAMA_LANES_CORES.
-    DRAMA_CUDA_LINEAR=cores timeout 300 "$drama" bench decode --backend cuda \
-      --synthetic "$here/configs/bench-30b-a3b.json" --lanes "$DRAMA_LANES_CORES" \
-      --stop-below-real-time --context 256 --prefill-chunk 4096 --frames 8 \
-      --repeats ${DRAMA_LANES_REPEATS:-2} --json "$out/lanes-cores-h200.json" >/dev/null
+    lanes_search 300 "$DRAMA_LANES_CORES" lanes-cores-h200.json DRAMA_CUDA_LINEAR=cores
     echo "lanes (CUDA-core BF16 products) exit $?"
   fi
   for lanes_json in "$out/lanes-h200.json" "$out/lanes-v2-h200.json" "$out/lanes-cores-h200.json"; do
