@@ -252,6 +252,21 @@ class Codec:
         return self.quantize(self.encode_latent(pcm), self.c.num_quantizers, False)[1]
 
     @torch.no_grad()
+    def reconstruct_unquantized(self, pcm):
+        """pcm [B, T] -> pcm through the encoder, the quantizer's input and output projections
+        WITHOUT the codebooks, and the decoder: what the autoencoder gives when quantization
+        loses nothing (beside decode(encode(pcm)), it says which of the two limits)."""
+        e = self.encode_latent(pcm)
+        emb = None
+        for prefix, _, count in self.model.rvq_parts(self.c.num_quantizers):
+            if count <= 0:
+                continue
+            part = self.model.project(self.model.project(e, prefix + ".input_proj.weight"),
+                                      prefix + ".output_proj.weight")
+            emb = part if emb is None else emb + part
+        return self.decode_latent(emb)
+
+    @torch.no_grad()
     def decode(self, codes):
         """codes [B, F, K] -> pcm [B, F * samples_per_frame], the reference's decode path."""
         emb = None

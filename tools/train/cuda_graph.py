@@ -46,6 +46,7 @@ class GraphedStep:
             return self._eager(key, inputs)
         static = {n: t.to("cuda").clone() for n, t in inputs.items()}
         torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the eager calls' cached blocks: the graph gets its own pool
         for opt in self.optimizers:
             opt.zero_grad(set_to_none=True)
         graph = torch.cuda.CUDAGraph()
@@ -61,3 +62,11 @@ class GraphedStep:
         print(f"cuda graph: step {key!r} captured", flush=True)
         graph.replay()
         return out
+
+    def drop(self, key):
+        """Frees key's graph and, once its outputs are no longer held, its memory pool: for a step
+        that will not come again (the codec's step without the discriminator once adv_start is
+        past), so that processes sharing the GPU (tools/train/compare-codecs.sh) get the memory."""
+        if self.graphs.pop(key, None) is not None:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()

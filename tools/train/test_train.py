@@ -331,6 +331,56 @@ class Trainable(unittest.TestCase):
 
 
 class Pipeline(unittest.TestCase):
+    def test_eval_codec_keeps_mel_figures_without_a_recogniser_and_scores_decodes_later(self):
+        # On the GPU machine (no pocketsphinx) eval-codec still writes the held-out mel figures
+        # and the decodes; `eval-codec --decoded` scores those decodes elsewhere without the
+        # codec's weights, and refuses when one is missing.
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
+            write_corpus(corpus)
+            common = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
+                      "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
+                      "--set", "codec.adv_start=5", "--set", "codec.eval_every=0",
+                      "--set", "codec.steps=1"]
+            saved = os.environ.get("DRAMA_ASR_ROOT")
+            os.environ["DRAMA_ASR_ROOT"] = os.path.join(tmp, "no-recogniser")
+            try:
+                self.assertEqual(train.main(["codec"] + common), 0)
+                self.assertEqual(train.main(["eval-codec"] + common), 0)
+                path = os.path.join(work, "codec", "eval-1.json")
+                with open(path) as f:
+                    figures = json.load(f)
+                for key in ("mel_l1", "mel_l1_first_codebook", "mel_l1_unquantized", "stft_l1"):
+                    self.assertTrue(math.isfinite(figures[key]) and figures[key] > 0, key)
+                self.assertNotIn("reconstruction_wer", figures)
+                self.assertFalse(os.path.exists(os.path.join(work, "codec", "eval.tsv")))
+                self.assertEqual(sorted(os.listdir(os.path.join(work, "codec", "eval"))),
+                                 ["spk0.u4.wav", "spk1.u4.wav"])
+                state = os.path.join(work, "codec", "state")
+                for name in os.listdir(state):  # only state.json (the step) is left
+                    if name != "state.json":
+                        os.remove(os.path.join(state, name))
+                self.assertEqual(train.main(["eval-codec", "--decoded"] + common), 0)
+                with open(path) as f:
+                    self.assertEqual(json.load(f), figures)
+                os.remove(os.path.join(work, "codec", "eval", "spk1.u4.wav"))
+                with self.assertRaises(ValueError):
+                    train.main(["eval-codec", "--decoded"] + common)
+            finally:
+                if saved is None:
+                    os.environ.pop("DRAMA_ASR_ROOT", None)
+                else:
+                    os.environ["DRAMA_ASR_ROOT"] = saved
+
+    def test_unquantized_reconstruction_is_the_projections_without_codebooks(self):
+        config = tiny_config()
+        c = codec_lib.Codec(config["codec"], 1)
+        x = torch.randn(1, 4800, generator=torch.Generator().manual_seed(2)) * 0.1
+        e = c.encode_latent(x)
+        emb = sum(c.model.project(c.model.project(e, p + ".input_proj.weight"), p + ".output_proj.weight")
+                  for p, _, n in c.model.rvq_parts(c.c.num_quantizers) if n > 0)
+        self.assertEqual(relative_l2(c.reconstruct_unquantized(x), c.decode_latent(emb)), 0.0)
+
     def test_stages_run_resume_and_export_loads_in_drama(self):
         with tempfile.TemporaryDirectory() as tmp:
             corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")

@@ -3,7 +3,9 @@
     python3 tools/train/train.py next  --work DIR --corpus CORPUS [--minutes 9] [--device cuda]
     python3 tools/train/train.py codec|encode|model --work DIR --corpus CORPUS [--minutes M]
     python3 tools/train/train.py export --work DIR -o CHECKPOINT_DIR
-    python3 tools/train/train.py eval-codec --work DIR --corpus CORPUS   reconstruction WER
+    python3 tools/train/train.py eval-codec --work DIR --corpus CORPUS [--decoded]   reconstruction
+                                                              mel L1 and WER (--decoded: of the
+                                                              decodes in DIR/codec/eval)
     python3 tools/train/train.py bench --work DIR --corpus CORPUS [--json OUT]   steps/s by batch
     (--config tools/train/drama-mini.json, --recipe tools/train/recipe.json, --set KEY=VALUE
      overrides a recipe value, e.g. --set codec.steps=20)
@@ -154,6 +156,8 @@ def train_codec(args, config, recipe, deadline):
                 for g in o.param_groups:
                     g["lr"] = r["lr"]
         adv, keep = step >= r["adv_start"], codec.keep_mask(n_q)
+        if adv and runner is not None:
+            runner.drop(False)  # the step without the discriminator is not taken again
         if runner is not None and not warming:  # the warm-up's changing rate stays eager
             out = runner(adv, {"x": x.pin_memory(), "keep": keep})
         else:
@@ -233,9 +237,15 @@ def save_codec(folder, codec, disc, opt, opt_d, names, dnames, step):
     state.save(os.path.join(folder, "state"), tensors, {"stage": "codec", "step": step}, moments)
 
 
-def evaluate_codec(args, codec, r, step):
-    """Reconstruction WER of held-out utterances (pocketsphinx, when present) beside the
-    original audio's: the early warning for a collapsing codec."""
+def evaluate_codec(args, codec, r, step, decoded=False):
+    """Held-out reconstruction, the early warning for a collapsing codec: the log-mel L1 (the
+    training's 4-resolution loss, mean over utterances) with every codebook, with the first one
+    alone and with the latent unquantized (Codec.reconstruct_unquantized: the autoencoder alone),
+    the log-STFT L1, and where pocketsphinx is present the WER beside the original audio's. In
+    codec/eval-STEP.json (written before the recogniser runs, so a machine without it keeps the
+    figures; the WER also in eval.tsv), the decodes in codec/eval/. decoded: codec may be None,
+    and the wavs already in codec/eval (decoded on a machine without pocketsphinx, the GPU's) are
+    scored, keeping the mel figures of its eval-STEP.json."""
     sys.path.insert(0, os.path.join(HERE, "..", "eval"))
     import asr  # noqa: E402
     import audio  # noqa: E402
@@ -244,32 +254,56 @@ def evaluate_codec(args, codec, r, step):
     if not rows:
         return
     out = os.path.join(args.work, "codec", "eval")
+    report = os.path.join(args.work, "codec", f"eval-{step}.json")
     os.makedirs(out, exist_ok=True)
+    result = {"step": step, "utterances": len(rows)}
     items_rec, items_src = [], []
-    for row, wave in zip(rows, data.load_audio(args.corpus, rows)):
-        x = torch.from_numpy(wave.astype("float32") / 32768.0)[None].to(codec.device)
-        y = codec.decode(codec.encode(x))[0].cpu().numpy()
+    for row in rows:
         uid = f"{row['speaker']}.{row['sentence']}"
-        audio.write_wav(os.path.join(out, uid + ".wav"), y, 24000)
         items_rec.append((uid, os.path.join(out, uid + ".wav")))
         items_src.append((uid, os.path.join(args.corpus, row["path"])))
+    if decoded:
+        missing = [p for _, p in items_rec if not os.path.exists(p)]
+        if missing:
+            raise ValueError(f"{out}: {len(missing)} of the {len(rows)} decodes are missing")
+        if os.path.exists(report):
+            result.update({k: v for k, v in load_json(report).items() if k.startswith(("mel_l1", "stft_l1"))})
+    else:
+        spectral = codec_lib.SpectralLoss(codec.raw.get("sampling_rate", 24000))
+        sums = dict.fromkeys(("mel_l1", "mel_l1_first_codebook", "mel_l1_unquantized", "stft_l1"), 0.0)
+        for (uid, path), wave in zip(items_rec, data.load_audio(args.corpus, rows)):
+            x = torch.from_numpy(wave.astype("float32") / 32768.0)[None].to(codec.device)
+            codes = codec.encode(x)
+            y = codec.decode(codes)
+            with torch.no_grad():
+                for key, z in (("mel_l1", y), ("mel_l1_first_codebook", codec.decode(codes[..., :1])),
+                               ("mel_l1_unquantized", codec.reconstruct_unquantized(x))):
+                    n = min(x.shape[1], z.shape[1])  # decodes are whole frames
+                    mel, stft = spectral(z[:, :n], x[:, :n])
+                    sums[key] += float(mel)
+                    if key == "mel_l1":
+                        sums["stft_l1"] += float(stft)
+            audio.write_wav(path, y[0].cpu().numpy(), 24000)
+        result.update({k: round(v / len(rows), 4) for k, v in sums.items()})
+        with open(report, "w") as f:
+            json.dump(result, f, indent=1)
     try:
         rec, src = asr.recognize(items_rec), asr.recognize(items_src)
     except (OSError, RuntimeError) as error:
-        print(f"codec eval: no WER ({error})")
+        print(f"codec eval at step {step}: {result}; no WER ({error})")
         return
     text = {f"{r_['speaker']}.{r_['sentence']}": r_["text"] for r_ in rows}
-    result = {"step": step, "reconstruction_wer": round(asr.wer((text[u], rec[u]) for u in text), 4),
-              "source_wer": round(asr.wer((text[u], src[u]) for u in text), 4),
-              "utterances": len(rows)}
-    append_losses(os.path.join(args.work, "codec", "eval.tsv"), result)
+    result.update({"reconstruction_wer": round(asr.wer((text[u], rec[u]) for u in text), 4),
+                   "source_wer": round(asr.wer((text[u], src[u]) for u in text), 4)})
+    append_losses(os.path.join(args.work, "codec", "eval.tsv"),
+                  {k: result[k] for k in ("step", "reconstruction_wer", "source_wer", "utterances")})
     print(f"codec eval at step {step}: {result}")
     # By voice (the speaker without its pitch/rate setting): which voices the codec loses.
     voices = sorted({u.split(".")[0].rsplit("-", 1)[0] for u in text})
     by_voice = {v: {"reconstruction_wer": round(asr.wer((text[u], rec[u]) for u in text if u.startswith(v + "-")), 4),
                     "source_wer": round(asr.wer((text[u], src[u]) for u in text if u.startswith(v + "-")), 4)}
                 for v in voices}
-    with open(os.path.join(args.work, "codec", f"eval-{step}.json"), "w") as f:
+    with open(report, "w") as f:
         json.dump(dict(result, by_voice=by_voice), f, indent=1)
     for v, w in by_voice.items():
         print(f"codec eval at step {step}: {v}: reconstruction {w['reconstruction_wer']:.3f}, source {w['source_wer']:.3f}")
@@ -712,6 +746,8 @@ def main(argv=None):
     p.add_argument("--batches-codec", default="24,64,128", help="bench: codec batch sizes")
     p.add_argument("--batches-model", default="32,64,128", help="bench: model batch sizes")
     p.add_argument("--json", help="bench, eval-model: where to write the figures")
+    p.add_argument("--decoded", action="store_true",
+                   help="eval-codec: score the decodes already in WORK/codec/eval (no codec weights)")
     p.add_argument("--bench-steps", type=int, default=20, help="bench: timed steps per setting")
     args = p.parse_args(argv)
     config = load_json(args.config)
@@ -731,8 +767,11 @@ def main(argv=None):
         bench_steps(args, config, recipe)
         return 0
     if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
-        evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
-                       recipe["codec"], codec_step(args.work))
+        if args.decoded:  # the decodes another machine wrote: no codec weights needed
+            evaluate_codec(args, None, recipe["codec"], codec_step(args.work), decoded=True)
+        else:
+            evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
+                           recipe["codec"], codec_step(args.work))
         return 0
     if args.stage == "eval-model":  # held-out vs training losses of the saved model (any machine)
         evaluate_model(args, config, recipe)
