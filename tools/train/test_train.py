@@ -78,10 +78,13 @@ class Layouts(unittest.TestCase):
     def test_layouts_equal_make_checkpoint(self):
         # The tiny config, drama-mini's, its 25 frames/s variant (codec strides 8, 6, 5, 2: the
         # engine derives the frame rate from them; make-checkpoint refuses a config whose audio
-        # frame_rate disagrees) and its 16-codebook variant.
+        # frame_rate disagrees), its 16-codebook variant and the wider codecs (32 filters, 2
+        # residual layers) at 12.5 and 25 frames/s.
         for path in (TINY, os.path.join(HERE, "drama-mini.json"),
                      os.path.join(HERE, "drama-mini-25.json"),
-                     os.path.join(HERE, "drama-mini-16q.json")):
+                     os.path.join(HERE, "drama-mini-16q.json"),
+                     os.path.join(HERE, "drama-mini-wide.json"),
+                     os.path.join(HERE, "drama-mini-wide-25.json")):
             with open(path) as f:
                 config = json.load(f)
             with tempfile.TemporaryDirectory() as tmp, self.subTest(config=os.path.basename(path)):
