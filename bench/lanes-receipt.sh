@@ -22,7 +22,7 @@ for t in "${threads[@]}"; do
     --backend cpu --cfg paired --lanes 1,2,4,8 --frames 8 --repeats 3 --threads "$t" \
     --json "$tmp/bench-$t.json" >/dev/null
   "$drama" bench decode --checkpoint "$mini_ck" --manifest "$mini_ck/manifest.json" \
-    --backend cpu --cfg paired --lanes 1,4,8,16,24,32,48,64 --frames 16 --repeats 3 --threads "$t" \
+    --backend cpu --cfg paired --lanes 1,4,8,16,24,32,48,64,96,128,192,256 --stop-below-real-time --frames 16 --repeats 3 --threads "$t" \
     --json "$tmp/mini-$t.json" >/dev/null
 done
 python3 - "$tmp" "$out" "${threads[@]}" <<'PY'
