@@ -32,11 +32,13 @@ out="${OUT:?OUT must name the folder whose files come back}"
 carry="train-carry"
 root="${DRAMA_DEBIAN_ROOT:-/tmp/drama-debian-root}"
 corpus="${DRAMA_CORPUS_DIR:-/tmp/drama-corpus}"
-recipe="${DRAMA_TRAIN_RECIPE:-tools/train/recipe.json}"
+# Run 4 (from 2026-12-03): the codec at 25 frames/s, adversarial from step 1000 (the side-by-side
+# comparison, docs/training.md); run 3, the bundled model, was drama-mini.json + recipe.json.
+recipe="${DRAMA_TRAIN_RECIPE:-tools/train/recipe-25.json}"
 work="$carry/work"
 minutes="${DRAMA_TRAIN_MINUTES:-8}"
 device="${DRAMA_TRAIN_DEVICE:-cuda}"
-config="${DRAMA_TRAIN_CONFIG:-tools/train/drama-mini.json}"
+config="${DRAMA_TRAIN_CONFIG:-tools/train/drama-mini-25.json}"
 py="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 start=$(date +%s)
