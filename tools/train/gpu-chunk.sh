@@ -67,12 +67,17 @@ for resume in sources:
         src, dst = os.path.join(resume, name), os.path.join(work, name)
         if not os.path.isdir(src):
             continue
+        if name in ("codec", "model") and step(src) < 0:  # nothing to resume from (an empty
+            print(f"gpu-chunk: {name}/ of {resume} holds no state: skipped")  # train-state/codec
+            continue  # on the device, 2026-12-03, made this chunk think its codec was lost)
         if not os.path.exists(dst) or step(src) > step(dst):
             shutil.rmtree(dst, ignore_errors=True)
             shutil.copytree(src, dst)
             print(f"gpu-chunk: {name}/ from {resume} (step {step(src)})")
         else:
             print(f"gpu-chunk: {name}/ of this machine (step {step(dst)})")
+    if not os.path.exists(os.path.join(resume, "progress.json")):
+        continue
     a, b = progress(resume), progress(work)
     merged = dict(a, **b)
     merged["done"] = [s for s in ("codec", "encode", "model", "export") if s in a["done"] + b["done"]]
