@@ -60,7 +60,10 @@ test("the web page speaks while streaming and adds a voice", async () => {
     // Speak: wav is fetched as SSE PCM pieces and played through Web Audio as they arrive.
     await page.fill("#text", "The web page speaks this sentence while it streams.");
     await page.fill("#seed", "5");
-    await page.fill("#max-duration", "8");
+    // 30 s (375 frames): the random model makes a frame in about 2 ms on a Zen 5 core, and 8 s
+    // (100 frames, 0.24 s) often reached the page in one read, failing the streaming checks
+    // below in 4 of 6 runs there (2026-12-04).
+    await page.fill("#max-duration", "30");
     await page.click("#speak");
     await page.waitForFunction(() => window.dramaStats.done !== null, null, { timeout: 120000 });
     const stats = await page.evaluate(() => window.dramaStats);
