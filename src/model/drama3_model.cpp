@@ -216,9 +216,9 @@ GenerationResult Drama3Model::generate(const Prompt& cond, const Prompt* uncond,
   GenerationResult result;
   bool refused = false;
   for (;;) {
-    std::vector<StepEvent> events = step();
+    const std::vector<StepEvent>& events = step();
     bool ended = false;
-    for (StepEvent& e : events) {
+    for (const StepEvent& e : events) {
       if (e.session != id) continue;
       if (e.finished) {
         if (!e.error.empty()) throw Error(e.error);

@@ -67,8 +67,10 @@ class Drama3Model {
   void cancel(uint64_t session);
   // A held session is not advanced (its consumer is behind); it resumes where it was.
   void hold(uint64_t session, bool held);
-  // Advances every active, unheld session by one step; the events are in session order.
-  std::vector<StepEvent> step();
+  // Advances every active, unheld session by one step; the events are in session order. The
+  // vector is the model's own, valid until the next step: once its buffers have their sizes a
+  // decode step allocates nothing on the host (tests/model/test_step_heap.cpp).
+  const std::vector<StepEvent>& step();
   int64_t active_sessions() const;
   int64_t free_lanes() const { return capacity_.lanes - active_sessions(); }
 
@@ -98,6 +100,11 @@ class Drama3Model {
  private:
   struct Lane;
   struct Plan;
+  // The host buffers a step plans in, kept from step to step (frame_step.cpp).
+  struct StepScratch;
+  struct StepScratchDeleter {
+    void operator()(StepScratch* s) const;
+  };
   void check_prompt(const Prompt& p, const char* which) const;
   void finish(Lane& lane, StopReason stop, std::vector<StepEvent>& events,
               const std::string& error = {});
@@ -126,6 +133,7 @@ class Drama3Model {
   StepTiming timing_;
   // Captured steps' keys begin with this model's number (models may share a backend).
   const uint64_t capture_id_;
+  std::unique_ptr<StepScratch, StepScratchDeleter> scratch_;
 };
 
 // Copies the views of a checkpoint's weights to `backend` (zero-copy on the CPU).

@@ -11,7 +11,9 @@
 //  6. reads the frame's codes and non-finite flags back in one transfer.
 // Every kernel is batch invariant, so a session's codes never depend on the others.
 #include <algorithm>
+#include <charconv>
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "model/lane.h"
@@ -39,6 +41,7 @@ class PlanBytes {
     return at;
   }
   const std::vector<uint8_t>& bytes() const { return bytes_; }
+  void clear() { bytes_.clear(); }
 
  private:
   std::vector<uint8_t> bytes_;
@@ -104,14 +107,63 @@ struct Drama3Model::Plan {
   size_t head_src = 0, guide = 0, sample = 0, lane_dst = 0;
   bool prefill = false;
 
+  // Back to an empty plan, keeping the vectors' storage.
+  void reset() {
+    base = nullptr;
+    for (Pass& p : pass) p = Pass{};
+    last_rows = 0;
+    last_src = last_dst = 0;
+    head_lanes.clear();
+    head_rows = 0;
+    for (HeadPass& h : head) {
+      h.row0 = h.rows = 0;
+      h.tables01 = 0;
+      h.tables.clear();
+      h.id_index.clear();
+      h.id_offset.clear();
+    }
+    head_src = guide = sample = lane_dst = 0;
+    prefill = false;
+  }
   const int32_t* i32(size_t off) const { return reinterpret_cast<const int32_t*>(base + off); }
   RowTables tables(size_t off, int64_t n) const {
     return {i32(off), i32(off) + n, i32(off) + 2 * n};
   }
 };
 
-std::vector<StepEvent> Drama3Model::step() {
+// Every host buffer a step plans in, kept from step to step: each is cleared (its storage
+// kept) where the step used to make it, so a decode step allocates nothing once they have their
+// sizes. Frame events' code vectors go back to a pool when the events are cleared.
+struct Drama3Model::StepScratch {
   std::vector<StepEvent> events;
+  std::vector<std::vector<int32_t>> code_pool;
+  std::vector<PlannedRow> rows[2][kKinds], last;
+  std::vector<char> heads;
+  std::vector<int64_t> joining, head_row_of, head_session;
+  PlanBytes bytes;
+  Plan plan;
+  std::vector<int32_t> last_src, last_dst, feed_index, feed_offset, frame_ids, text_ids, positions,
+      row0, kv_row, head_src, lane_dst, pos, index, offset, codes;
+  std::vector<GuidanceRow> guide;
+  std::vector<SampleRow> sample;
+  std::string key;
+
+  void clear_events() {
+    for (StepEvent& e : events)
+      if (e.codes.capacity() > 0) code_pool.push_back(std::move(e.codes));
+    events.clear();
+  }
+};
+
+void Drama3Model::StepScratchDeleter::operator()(StepScratch* s) const {
+  delete s;
+}
+
+const std::vector<StepEvent>& Drama3Model::step() {
+  if (!scratch_) scratch_.reset(new StepScratch);
+  StepScratch& sc = *scratch_;
+  sc.clear_events();
+  std::vector<StepEvent>& events = sc.events;
   for (Lane& l : lanes_) {
     if (!l.used) continue;
     if (l.cancel_requested || (l.spec.cancel && l.spec.cancel->load()))
@@ -123,8 +175,11 @@ std::vector<StepEvent> Drama3Model::step() {
   const int64_t K = config_.audio.num_codebooks, stride = config_.audio.codebook_size + 1;
   const int64_t L = capacity_.lanes;
   // --- 2. rows ---
-  std::vector<PlannedRow> rows[2][kKinds];
-  std::vector<char> heads(L, 0);
+  auto& rows = sc.rows;
+  for (auto& pass_rows : rows)
+    for (auto& kind_rows : pass_rows) kind_rows.clear();
+  std::vector<char>& heads = sc.heads;
+  heads.assign(static_cast<size_t>(L), 0);
   for (int64_t li = 0; li < L; ++li) {
     Lane& l = lanes_[li];
     if (!l.used || l.held || !l.prefilled()) continue;
@@ -133,13 +188,15 @@ std::vector<StepEvent> Drama3Model::step() {
       for (int64_t b = 0; b < l.guide.branches(); ++b)
         rows[l.guide.pass(b)][kFeed].push_back({li, b, l.br[b].filled, -1});
   }
-  std::vector<int64_t> joining;
+  std::vector<int64_t>& joining = sc.joining;
+  joining.clear();
   for (int64_t li = 0; li < L; ++li)
     if (lanes_[li].used && !lanes_[li].held && !lanes_[li].prefilled()) joining.push_back(li);
   std::sort(joining.begin(), joining.end(),
             [&](int64_t a, int64_t b) { return lanes_[a].id < lanes_[b].id; });
   int64_t budget = capacity_.prefill_chunk, prefill_rows = 0;
-  std::vector<PlannedRow> last;  // rows whose output is their branch's newest hidden state
+  std::vector<PlannedRow>& last = sc.last;  // rows whose output is their branch's newest state
+  last.clear();
   for (int64_t li : joining) {
     if (budget == 0) break;
     Lane& l = lanes_[li];
@@ -158,16 +215,25 @@ std::vector<StepEvent> Drama3Model::step() {
     if (complete) heads[li] = 1;
   }
 
-  PlanBytes bytes;
-  Plan plan;
+  PlanBytes& bytes = sc.bytes;
+  bytes.clear();
+  Plan& plan = sc.plan;
+  plan.reset();
   plan.prefill = prefill_rows > 0;
   // --- 3. the plan ---
-  std::vector<int32_t> last_src, last_dst;
+  std::vector<int32_t>&last_src = sc.last_src, &last_dst = sc.last_dst;
+  last_src.clear();
+  last_dst.clear();
   int64_t row = 0;
   for (int p = 0; p < 2; ++p) {
     Plan::Pass& ps = plan.pass[p];
     ps.row0 = row;
-    std::vector<int32_t> feed_index, feed_offset, frame_ids, text_ids, positions, row0, kv_row;
+    std::vector<int32_t>&feed_index = sc.feed_index, &feed_offset = sc.feed_offset,
+    &frame_ids = sc.frame_ids, &text_ids = sc.text_ids, &positions = sc.positions, &row0 = sc.row0,
+    &kv_row = sc.kv_row;
+    for (std::vector<int32_t>* v :
+         {&feed_index, &feed_offset, &frame_ids, &text_ids, &positions, &row0, &kv_row})
+      v->clear();
     for (int kind = 0; kind < kKinds; ++kind) {
       ps.count[kind] = static_cast<int64_t>(rows[p][kind].size());
       for (const PlannedRow& r : rows[p][kind]) {
@@ -209,21 +275,27 @@ std::vector<StepEvent> Drama3Model::step() {
   plan.last_dst = bytes.put(last_dst);
 
   // Heads: B rows in pass order; guidance and sampling rows per session.
-  std::vector<int32_t> head_src, lane_dst;
-  std::vector<GuidanceRow> guide;
-  std::vector<SampleRow> sample;
-  std::vector<std::vector<int64_t>> head_row_of(L, std::vector<int64_t>(2, -1));
+  std::vector<int32_t>&head_src = sc.head_src, &lane_dst = sc.lane_dst;
+  head_src.clear();
+  lane_dst.clear();
+  std::vector<GuidanceRow>& guide = sc.guide;
+  guide.clear();
+  std::vector<SampleRow>& sample = sc.sample;
+  sample.clear();
+  std::vector<int64_t>& head_row_of = sc.head_row_of;  // [lane, branch]
+  head_row_of.assign(static_cast<size_t>(2 * L), -1);
   for (int64_t li = 0; li < L; ++li)
     if (heads[li]) plan.head_lanes.push_back(li);
   const int64_t E = static_cast<int64_t>(plan.head_lanes.size());
-  std::vector<int64_t> head_session;  // session index e of each head row
+  std::vector<int64_t>& head_session = sc.head_session;  // session index e of each head row
+  head_session.clear();
   for (int p = 0; p < 2; ++p) {
     plan.head[p].row0 = static_cast<int64_t>(head_src.size());
     for (int64_t e = 0; e < E; ++e) {
       const Lane& l = lanes_[plan.head_lanes[e]];
       for (int64_t b = 0; b < l.guide.branches(); ++b) {
         if (l.guide.pass(b) != p) continue;
-        head_row_of[plan.head_lanes[e]][b] = static_cast<int64_t>(head_src.size());
+        head_row_of[2 * plan.head_lanes[e] + b] = static_cast<int64_t>(head_src.size());
         head_src.push_back(static_cast<int32_t>(2 * plan.head_lanes[e] + b));
         head_session.push_back(e);
       }
@@ -235,8 +307,8 @@ std::vector<StepEvent> Drama3Model::step() {
     const int64_t li = plan.head_lanes[e];
     const Lane& l = lanes_[li];
     GuidanceRow g;
-    g.cond_row = static_cast<int32_t>(head_row_of[li][0]);
-    g.uncond_row = l.guide.guided() ? static_cast<int32_t>(head_row_of[li][1]) : -1;
+    g.cond_row = static_cast<int32_t>(head_row_of[2 * li]);
+    g.uncond_row = l.guide.guided() ? static_cast<int32_t>(head_row_of[2 * li + 1]) : -1;
     g.gamma = l.spec.options.gamma;
     guide.push_back(g);
     SampleRow s;
@@ -251,7 +323,10 @@ std::vector<StepEvent> Drama3Model::step() {
   for (int p = 0; p < 2; ++p) {
     Plan::HeadPass& hp = plan.head[p];
     auto tower_tables = [&](std::initializer_list<int64_t> positions_of_block) {
-      std::vector<int32_t> pos, row0, kv;
+      std::vector<int32_t>&pos = sc.pos, &row0 = sc.row0, &kv = sc.kv_row;
+      pos.clear();
+      row0.clear();
+      kv.clear();
       for (int64_t position : positions_of_block)
         for (int64_t r = hp.row0; r < hp.row0 + hp.rows; ++r) {
           const int64_t slot = head_src[r];
@@ -267,7 +342,9 @@ std::vector<StepEvent> Drama3Model::step() {
     hp.tables01 = tower_tables({0, 1});
     for (int64_t i = 2; i < K; ++i) hp.tables.push_back(tower_tables({i}));
     for (int64_t i = 1; i < K; ++i) {
-      std::vector<int32_t> index, offset;
+      std::vector<int32_t>&index = sc.index, &offset = sc.offset;
+      index.clear();
+      offset.clear();
       for (int64_t r = hp.row0; r < hp.row0 + hp.rows; ++r) {
         index.push_back(static_cast<int32_t>(head_session[r] * (K + 1) + i - 1));
         offset.push_back(static_cast<int32_t>((i - 1) * stride));
@@ -303,12 +380,24 @@ std::vector<StepEvent> Drama3Model::step() {
   if (plan.prefill) {
     work();
   } else {
-    std::string key = "model " + std::to_string(capture_id_) + " step";
+    std::string& key = sc.key;
+    key.clear();
+    auto put = [&key](int64_t n) {
+      char digits[24];
+      const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+      key.push_back(':');
+      key.append(digits, end);
+    };
+    key += "model";
+    put(static_cast<int64_t>(capture_id_));
+    key += " step";
     for (const Plan::Pass& ps : plan.pass)
-      for (int64_t n : ps.count) key += ":" + std::to_string(n);
-    for (const Plan::HeadPass& hp : plan.head) key += ":" + std::to_string(hp.rows);
-    key += ":" + std::to_string(plan.last_rows) + ":" + std::to_string(E);
-    if (ws_.run_captured(key, work)) ++counters_.replayed_steps;
+      for (int64_t n : ps.count) put(n);
+    for (const Plan::HeadPass& hp : plan.head) put(hp.rows);
+    put(plan.last_rows);
+    put(E);
+    // std::ref: a std::function holds a reference_wrapper without allocating.
+    if (ws_.run_captured(key, std::ref(work))) ++counters_.replayed_steps;
   }
   for (int p = 0; p < 2; ++p)
     for (int kind = 0; kind < kKinds; ++kind)
@@ -318,7 +407,8 @@ std::vector<StepEvent> Drama3Model::step() {
       }
 
   // --- 6. one read ---
-  std::vector<int32_t> codes(static_cast<size_t>(E * (K + 1)));
+  std::vector<int32_t>& codes = sc.codes;
+  codes.resize(static_cast<size_t>(E * (K + 1)));
   if (E > 0) backend_.download(codes.data(), codes_buf_->data(), codes.size() * sizeof(int32_t));
   const double t2 = now_s();
   for (int p = 0; p < 2; ++p)
@@ -351,11 +441,14 @@ std::vector<StepEvent> Drama3Model::step() {
       finish(l, StopReason::Eos, events);
       continue;
     }
-    StepEvent ev;
+    StepEvent& ev = events.emplace_back();
     ev.session = l.id;
     ev.frame = l.frames;
+    if (!sc.code_pool.empty()) {
+      ev.codes = std::move(sc.code_pool.back());
+      sc.code_pool.pop_back();
+    }
     ev.codes.assign(c, c + K);
-    events.push_back(std::move(ev));
     ++l.frames;
     ++counters_.frames;
     ++counters_.session_steps;
@@ -365,8 +458,11 @@ std::vector<StepEvent> Drama3Model::step() {
                                                       : StopReason::MaxFrames,
              events);
   }
-  std::stable_sort(events.begin(), events.end(),
-                   [](const StepEvent& a, const StepEvent& b) { return a.session < b.session; });
+  // Session order, stable (a session's frame before its end): an insertion sort, since
+  // std::stable_sort takes a temporary buffer from the heap and the events are few.
+  for (size_t i = 1; i < events.size(); ++i)
+    for (size_t j = i; j > 0 && events[j].session < events[j - 1].session; --j)
+      std::swap(events[j], events[j - 1]);
   return events;
 }
 

@@ -7,8 +7,20 @@
 
 namespace drama {
 
-int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k,
-                      float top_p, double u) {
+int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k, float top_p,
+                      double u) {
+  SampleScratch scratch;
+  return sample_logits(logits, temperature, top_k, top_p, u, scratch);
+}
+
+void reserve_sample_scratch(SampleScratch& scratch, size_t vocab) {
+  scratch.s.reserve(vocab);
+  scratch.order.reserve(vocab);
+  scratch.p.reserve(vocab);
+}
+
+int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k, float top_p,
+                      double u, SampleScratch& scratch) {
   const int32_t n = static_cast<int32_t>(logits.size());
   if (temperature <= 0.0f) {
     int32_t best = 0;
@@ -16,14 +28,17 @@ int32_t sample_logits(std::span<const float> logits, float temperature, int32_t 
       if (logits[i] > logits[best]) best = i;
     return best;
   }
-  std::vector<float> s(logits.size());
+  std::vector<float>& s = scratch.s;
+  std::vector<int32_t>& order = scratch.order;
+  std::vector<double>& p = scratch.p;
+  s.resize(logits.size());
   for (int32_t i = 0; i < n; ++i) s[i] = logits[i] / temperature;
-  std::vector<int32_t> order(logits.size());
+  order.resize(logits.size());
   std::iota(order.begin(), order.end(), 0);
   int32_t keep = (top_k > 0 && top_k < n) ? top_k : n;
   auto by_score = [&](int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), by_score);
-  std::vector<double> p(keep);
+  p.resize(static_cast<size_t>(keep));
   const double smax = s[order[0]];
   double total = 0.0;
   for (int32_t i = 0; i < keep; ++i) {

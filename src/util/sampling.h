@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 // The generator is shared with the CUDA sampler (src/backend/cuda/sampling.cu): one definition.
 #ifdef __CUDACC__
@@ -41,5 +42,16 @@ DRAMA_HOST_DEVICE inline double counter_uniform(uint64_t seed, uint64_t frame, u
 //    (the last one if rounding leaves none).
 int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k, float top_p,
                       double u);
+
+// The same with the caller's scratch: no allocation once its vectors hold logits.size()
+// elements (reserve_sample_scratch), as a decode step needs.
+struct SampleScratch {
+  std::vector<float> s;
+  std::vector<int32_t> order;
+  std::vector<double> p;
+};
+void reserve_sample_scratch(SampleScratch& scratch, size_t vocab);
+int32_t sample_logits(std::span<const float> logits, float temperature, int32_t top_k, float top_p,
+                      double u, SampleScratch& scratch);
 
 }  // namespace drama

@@ -65,16 +65,16 @@ void CpuBackend::attention(const float* q, int64_t rows, const int32_t* position
     span = std::max<int64_t>(
         span, window > 0 ? std::min<int64_t>(window, positions[r] + 1) : positions[r] + 1);
   const double item_work = static_cast<double>(span * head_dim) * 8;
+  reserve_scratch(static_cast<size_t>(span), 0, 0);
   pool_.parallel_for(rows * n_heads, 1, item_work, [&](int64_t t0, int64_t t1) {
-    std::vector<float> p;
+    float* p = scratch().f.data();  // this participant's scores, sized below
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r = t / n_heads, h = t % n_heads, kvh = h / group;
       const int64_t last = positions[r];
       const int64_t first = window > 0 ? std::max<int64_t>(0, last - window + 1) : 0;
       const int64_t base = (cache_row0 ? cache_row0[r] : 0) * kv_stride + kvh * head_dim;
-      p.resize(last - first + 1);
       attend_one(q + t * head_dim, k_cache + base, v_cache + base, kv_stride, head_dim, first, last,
-                 scale, p.data(), out + t * head_dim);
+                 scale, p, out + t * head_dim);
     }
   });
 }

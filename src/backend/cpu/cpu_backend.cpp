@@ -36,10 +36,23 @@ constexpr int64_t kLinearGrain = 16;
 }  // namespace
 
 CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work, ThreadPool::Wait wait)
-    : isa_(isa), pool_(threads, min_split_work, wait) {
+    : isa_(isa), pool_(threads, min_split_work, wait), scratch_(static_cast<size_t>(threads)) {
   if (!isa_supported(isa))
     throw Error("the CPU backend's " + std::string(isa_name(isa)) +
                 " path is not supported by this CPU.");
+}
+
+void CpuBackend::reserve_scratch(size_t floats, size_t ints, size_t vocab) {
+  // Doubling, from 8192 floats: attention's scores grow by one position a step, and an exact
+  // size would reallocate at every step.
+  auto grow = [](auto& v, size_t n, size_t least) {
+    if (v.size() < n) v.resize(std::max({n, 2 * v.size(), least}));
+  };
+  for (Scratch& s : scratch_) {
+    grow(s.f, floats, 8192);
+    grow(s.i, ints, 0);
+    if (vocab > 0) reserve_sample_scratch(s.sample, vocab);
+  }
 }
 
 std::string CpuBackend::name() const {

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
+#include "util/sampling.h"
 
 namespace drama::cpu {
 
@@ -93,6 +94,16 @@ class CpuBackend final : public Backend {
   void download_impl(void* dst, const void* src, size_t bytes) override;
 
  private:
+  // Scratch of each participant of a parallel call (ThreadPool::participant()), sized by the
+  // caller before the call (geometric growth), so no chunk allocates whichever thread runs it:
+  // attention scores, routing probabilities and ranks, sampling.
+  struct Scratch {
+    std::vector<float> f;
+    std::vector<int32_t> i;
+    SampleScratch sample;
+  };
+  void reserve_scratch(size_t floats, size_t ints, size_t vocab);
+  Scratch& scratch() { return scratch_[static_cast<size_t>(ThreadPool::participant())]; }
   // Elementwise kernels split [0, n) in chunks of this many elements.
   void elementwise(int64_t n, const ThreadPool::Range& fn);
 
@@ -113,6 +124,7 @@ class CpuBackend final : public Backend {
 
   Isa isa_;
   ThreadPool pool_;
+  std::vector<Scratch> scratch_;  // [threads]
 };
 
 }  // namespace drama::cpu

@@ -27,7 +27,9 @@ void CpuBackend::guidance_combine(const float* logits, int64_t vocab, const Guid
 
 void CpuBackend::sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                              int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride) {
+  reserve_scratch(0, 0, static_cast<size_t>(vocab));
   pool_.parallel_for(n, 1, static_cast<double>(vocab) * 64, [&](int64_t r0, int64_t r1) {
+    SampleScratch& ss = scratch().sample;
     for (int64_t r = r0; r < r1; ++r) {
       const float* l = logits + r * vocab;
       bool finite = true;
@@ -40,7 +42,7 @@ void CpuBackend::sample_rows(const float* logits, int64_t vocab, const SampleRow
       const SampleRow& p = rows[r];
       const double u = counter_uniform(p.seed, p.frame, static_cast<uint64_t>(codebook));
       ids[r * stride] = sample_logits(std::span<const float>(l, static_cast<size_t>(vocab)),
-                                      p.temperature, p.top_k, p.top_p, u);
+                                      p.temperature, p.top_k, p.top_p, u, ss);
     }
   });
 }

@@ -18,13 +18,20 @@ void CpuBackend::route_topk(const float* logits, int64_t rows, int64_t logit_str
                             const int32_t* logit_column, const int32_t* original_id,
                             int64_t n_stored, int64_t k, bool norm_topk, int32_t* expert_index,
                             float* weight) {
-  std::vector<int32_t> by_id(n_stored);
+  // The caller's scratch, kept (no allocation inside a step; workers read it through this
+  // reference: a thread_local's name would name the worker's own); each participant's prob and
+  // rank come from the backend's per-participant scratch, sized here by the caller.
+  thread_local std::vector<int32_t> by_id_storage;
+  std::vector<int32_t>& by_id = by_id_storage;
+  by_id.resize(static_cast<size_t>(n_stored));
   std::iota(by_id.begin(), by_id.end(), 0);
   std::sort(by_id.begin(), by_id.end(),
             [&](int32_t a, int32_t b) { return original_id[a] < original_id[b]; });
+  reserve_scratch(static_cast<size_t>(n_stored), static_cast<size_t>(n_stored), 0);
   pool_.parallel_for(rows, 1, static_cast<double>(n_stored) * 64, [&](int64_t r0, int64_t r1) {
-    std::vector<float> prob(n_stored);
-    std::vector<int32_t> rank(n_stored);
+    Scratch& sc = scratch();
+    float* prob = sc.f.data();
+    int32_t* rank = sc.i.data();
     for (int64_t r = r0; r < r1; ++r) {
       const float* l = logits + r * logit_stride;
       float max = -INFINITY;
@@ -34,10 +41,10 @@ void CpuBackend::route_topk(const float* logits, int64_t rows, int64_t logit_str
         prob[s] = std::exp(l[logit_column[s]] - max);
         sum += prob[s];
       }
-      for (auto& p : prob) p /= sum;
+      for (int64_t s = 0; s < n_stored; ++s) prob[s] /= sum;
       // Rank by probability, ties to the lower original id.
-      std::iota(rank.begin(), rank.end(), 0);
-      std::partial_sort(rank.begin(), rank.begin() + k, rank.end(), [&](int32_t a, int32_t b) {
+      std::iota(rank, rank + n_stored, 0);
+      std::partial_sort(rank, rank + k, rank + n_stored, [&](int32_t a, int32_t b) {
         return prob[a] > prob[b] || (prob[a] == prob[b] && original_id[a] < original_id[b]);
       });
       float kept = 0.0f;

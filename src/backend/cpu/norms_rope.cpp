@@ -42,7 +42,11 @@ void CpuBackend::rms_norm(const float* x, const uint16_t* w_bf16, int64_t rows, 
 void CpuBackend::rope(float* x, int64_t rows, int64_t heads, int64_t head_dim,
                       const int32_t* positions, float theta) {
   const int64_t half = head_dim / 2;
-  std::vector<double> inv_freq(static_cast<size_t>(half));
+  // Scratch kept per thread (no allocation inside a step); the workers read it through this
+  // reference, since a thread_local's name would name the worker's own copy.
+  thread_local std::vector<double> inv_freq_storage;
+  std::vector<double>& inv_freq = inv_freq_storage;
+  inv_freq.resize(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
     inv_freq[i] = std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / head_dim);
   // Per row: a sine and cosine per frequency (counted as 64 bytes of work) and the heads' values.

@@ -171,7 +171,16 @@ void ThreadPool::run_chunks() {
   }
 }
 
+namespace {
+thread_local int t_participant = 0;
+}  // namespace
+
+int ThreadPool::participant() {
+  return t_participant;
+}
+
 void ThreadPool::worker(int index) {
+  t_participant = index;
   Mailbox& m = mail_[index];
   uint32_t seen = 0;
   for (;;) {

@@ -20,13 +20,34 @@
 
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace drama::cpu {
+
+// A non-owning reference to a callable fn(begin, end). parallel_for calls it only before it
+// returns, so the callable (usually a lambda in the call's own expression) outlives every use,
+// and nothing is copied or allocated: a std::function of a capturing lambda allocated on every
+// call, about 250 times a decode step of the tiny model (tests/model/test_step_heap.cpp).
+class RangeFn {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, RangeFn>>>
+  RangeFn(F&& fn)  // NOLINT(google-explicit-constructor): lambdas convert at the call
+      : target_(const_cast<void*>(static_cast<const void*>(std::addressof(fn)))),
+        call_(&invoke<std::remove_reference_t<F>>) {}
+  void operator()(int64_t begin, int64_t end) const { call_(target_, begin, end); }
+
+ private:
+  template <class F>
+  static void invoke(void* target, int64_t begin, int64_t end) {
+    (*static_cast<F*>(target))(begin, end);
+  }
+  void* target_;
+  void (*call_)(void*, int64_t, int64_t);
+};
 
 class ThreadPool {
  public:
@@ -42,6 +63,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int threads() const { return threads_; }
+  // The calling thread's place in the pool's current call: 0 for the caller (any thread outside
+  // the pool), 1 .. threads() - 1 for the workers. Per-participant scratch indexed by it can be
+  // sized by the caller before the call, so no chunk allocates whichever thread runs it.
+  static int participant();
   Wait wait_mode() const { return wait_; }  // Spin or Sleep (never Auto)
   double min_work_per_thread() const { return min_work_; }
 
@@ -50,7 +75,7 @@ class ThreadPool {
   // done; an exception thrown on the caller's thread stops the handing out of chunks and is
   // rethrown once the workers are done. Calls from several host threads are serialised; fn must
   // not call parallel_for itself.
-  using Range = std::function<void(int64_t begin, int64_t end)>;
+  using Range = RangeFn;
   void parallel_for(int64_t n, int64_t grain, const Range& fn);
   // The same, but uses a worker only for each min_work_per_thread units of work (work_per_item
   // units per item, about the bytes an item touches), so loops too small to repay a fork/join run
