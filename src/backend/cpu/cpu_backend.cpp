@@ -36,23 +36,29 @@ constexpr int64_t kLinearGrain = 16;
 }  // namespace
 
 CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work, ThreadPool::Wait wait)
-    : isa_(isa), pool_(threads, min_split_work, wait), scratch_(static_cast<size_t>(threads)) {
+    : isa_(isa), pool_(threads, min_split_work, wait, &warm_thread_scratch) {
   if (!isa_supported(isa))
     throw Error("the CPU backend's " + std::string(isa_name(isa)) +
                 " path is not supported by this CPU.");
 }
 
-void CpuBackend::reserve_scratch(size_t floats, size_t ints, size_t vocab) {
-  // Doubling, from 8192 floats: attention's scores grow by one position a step, and an exact
-  // size would reallocate at every step.
-  auto grow = [](auto& v, size_t n, size_t least) {
-    if (v.size() < n) v.resize(std::max({n, 2 * v.size(), least}));
+CpuBackend::Scratch& CpuBackend::thread_scratch(size_t floats, size_t ints, size_t vocab) {
+  thread_local Scratch s;
+  // Doubling: attention's scores grow by one position a step, and an exact size would
+  // reallocate at every step.
+  auto grow = [](auto& v, size_t n) {
+    if (v.size() < n) v.resize(std::max(n, 2 * v.size()));
   };
-  for (Scratch& s : scratch_) {
-    grow(s.f, floats, 8192);
-    grow(s.i, ints, 0);
-    if (vocab > 0) reserve_sample_scratch(s.sample, vocab);
-  }
+  grow(s.f, floats);
+  grow(s.i, ints);
+  if (s.sample.s.capacity() < vocab)
+    reserve_sample_scratch(s.sample, std::max(vocab, static_cast<size_t>(4096)));
+  return s;
+}
+
+void warm_thread_scratch() {
+  // 8192 attention positions, 4096 experts, a 4096-entry vocabulary: beyond every model here.
+  CpuBackend::thread_scratch(8192, 4096, 4096);
 }
 
 std::string CpuBackend::name() const {

@@ -15,6 +15,10 @@
 
 namespace drama::cpu {
 
+// Sizes the calling thread's kernel scratch (CpuBackend::Scratch) for every model here; the
+// thread pool runs it at each worker's start.
+void warm_thread_scratch();
+
 class CpuBackend final : public Backend {
  public:
   // threads >= 1. The ISA is normally cpu::select_isa() (honours DRAMA_CPU_ISA).
@@ -94,16 +98,18 @@ class CpuBackend final : public Backend {
   void download_impl(void* dst, const void* src, size_t bytes) override;
 
  private:
-  // Scratch of each participant of a parallel call (ThreadPool::participant()), sized by the
-  // caller before the call (geometric growth), so no chunk allocates whichever thread runs it:
-  // attention scores, routing probabilities and ranks, sampling.
+  // The calling thread's kernel scratch (attention scores, routing probabilities and ranks,
+  // sampling), kept for the thread's life: per thread, so callers on several host threads never
+  // share it, and sized at a worker's start (warm_thread_scratch, the pool's start hook) for
+  // every model here, so a decode step allocates nothing whichever thread runs a chunk. It grows
+  // (doubling) only past those sizes.
   struct Scratch {
     std::vector<float> f;
     std::vector<int32_t> i;
     SampleScratch sample;
   };
-  void reserve_scratch(size_t floats, size_t ints, size_t vocab);
-  Scratch& scratch() { return scratch_[static_cast<size_t>(ThreadPool::participant())]; }
+  static Scratch& thread_scratch(size_t floats, size_t ints, size_t vocab);
+  friend void warm_thread_scratch();
   // Elementwise kernels split [0, n) in chunks of this many elements.
   void elementwise(int64_t n, const ThreadPool::Range& fn);
 
@@ -124,7 +130,6 @@ class CpuBackend final : public Backend {
 
   Isa isa_;
   ThreadPool pool_;
-  std::vector<Scratch> scratch_;  // [threads]
 };
 
 }  // namespace drama::cpu

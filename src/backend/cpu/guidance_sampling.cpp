@@ -27,9 +27,8 @@ void CpuBackend::guidance_combine(const float* logits, int64_t vocab, const Guid
 
 void CpuBackend::sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n,
                              int64_t codebook, int32_t* ids, int32_t* flags, int64_t stride) {
-  reserve_scratch(0, 0, static_cast<size_t>(vocab));
   pool_.parallel_for(n, 1, static_cast<double>(vocab) * 64, [&](int64_t r0, int64_t r1) {
-    SampleScratch& ss = scratch().sample;
+    SampleScratch& ss = thread_scratch(0, 0, static_cast<size_t>(vocab)).sample;
     for (int64_t r = r0; r < r1; ++r) {
       const float* l = logits + r * vocab;
       bool finite = true;

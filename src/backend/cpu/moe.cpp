@@ -19,17 +19,16 @@ void CpuBackend::route_topk(const float* logits, int64_t rows, int64_t logit_str
                             int64_t n_stored, int64_t k, bool norm_topk, int32_t* expert_index,
                             float* weight) {
   // The caller's scratch, kept (no allocation inside a step; workers read it through this
-  // reference: a thread_local's name would name the worker's own); each participant's prob and
-  // rank come from the backend's per-participant scratch, sized here by the caller.
+  // reference: a thread_local's name would name the worker's own); each thread's prob and rank
+  // come from its own kernel scratch (CpuBackend::thread_scratch).
   thread_local std::vector<int32_t> by_id_storage;
   std::vector<int32_t>& by_id = by_id_storage;
   by_id.resize(static_cast<size_t>(n_stored));
   std::iota(by_id.begin(), by_id.end(), 0);
   std::sort(by_id.begin(), by_id.end(),
             [&](int32_t a, int32_t b) { return original_id[a] < original_id[b]; });
-  reserve_scratch(static_cast<size_t>(n_stored), static_cast<size_t>(n_stored), 0);
   pool_.parallel_for(rows, 1, static_cast<double>(n_stored) * 64, [&](int64_t r0, int64_t r1) {
-    Scratch& sc = scratch();
+    Scratch& sc = thread_scratch(static_cast<size_t>(n_stored), static_cast<size_t>(n_stored), 0);
     float* prob = sc.f.data();
     int32_t* rank = sc.i.data();
     for (int64_t r = r0; r < r1; ++r) {

@@ -66,14 +66,20 @@ ThreadPool::Wait resolve_wait(ThreadPool::Wait wait, int threads) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(int threads, double min_work_per_thread, Wait wait)
+ThreadPool::ThreadPool(int threads, double min_work_per_thread, Wait wait,
+                       void (*on_worker_start)())
     : threads_(std::max(1, threads)),
+      on_worker_start_(on_worker_start),
       wait_(resolve_wait(wait, threads_)),
       min_work_(min_work_per_thread),
       spin_ns_(wait_ == Wait::Spin ? kSpinNs : 0),
       mail_(new Mailbox[static_cast<size_t>(threads_)]) {
   if (min_work_ < 0) min_work_ = wait_ == Wait::Spin ? kSpinMinWork : kSleepMinWork;
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker(i); });
+  // Every worker has run its start hook before the pool is used: a thread that started late
+  // (a busy machine) would otherwise size its scratch during the first calls.
+  if (on_worker_start_)
+    while (started_.load(std::memory_order_acquire) < threads_ - 1) std::this_thread::yield();
 }
 
 ThreadPool::~ThreadPool() {
@@ -171,16 +177,9 @@ void ThreadPool::run_chunks() {
   }
 }
 
-namespace {
-thread_local int t_participant = 0;
-}  // namespace
-
-int ThreadPool::participant() {
-  return t_participant;
-}
-
 void ThreadPool::worker(int index) {
-  t_participant = index;
+  if (on_worker_start_) on_worker_start_();
+  started_.fetch_add(1, std::memory_order_release);
   Mailbox& m = mail_[index];
   uint32_t seen = 0;
   for (;;) {

@@ -57,16 +57,15 @@ class ThreadPool {
   // grain allows, which tests use to exercise the split.
   static constexpr double kAutoSplit = -1;
   // threads >= 1; 1 runs everything inline.
-  explicit ThreadPool(int threads, double min_work_per_thread = kAutoSplit, Wait wait = Wait::Auto);
+  // on_worker_start (optional) runs on each worker thread as it starts (the CPU backend sizes the
+  // thread's kernel scratch there).
+  explicit ThreadPool(int threads, double min_work_per_thread = kAutoSplit, Wait wait = Wait::Auto,
+                      void (*on_worker_start)() = nullptr);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int threads() const { return threads_; }
-  // The calling thread's place in the pool's current call: 0 for the caller (any thread outside
-  // the pool), 1 .. threads() - 1 for the workers. Per-participant scratch indexed by it can be
-  // sized by the caller before the call, so no chunk allocates whichever thread runs it.
-  static int participant();
   Wait wait_mode() const { return wait_; }  // Spin or Sleep (never Auto)
   double min_work_per_thread() const { return min_work_; }
 
@@ -116,6 +115,7 @@ class ThreadPool {
   static constexpr int64_t kMaxStackParts = 64;
 
   int threads_;
+  void (*on_worker_start_)();
   Wait wait_;
   double min_work_;
   int64_t spin_ns_;
@@ -123,6 +123,7 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex call_mutex_;  // one parallel_for at a time
   std::atomic<bool> stop_{false};
+  std::atomic<int> started_{0};  // workers past their start hook
   // The current call, written before its mailboxes are posted.
   const Range* fn_ = nullptr;
   int64_t n_ = 0, chunk_ = 0, chunks_ = 0;
