@@ -137,7 +137,7 @@ struct Drama3Model::Plan {
 struct Drama3Model::StepScratch {
   std::vector<StepEvent> events;
   std::vector<std::vector<int32_t>> code_pool;
-  std::vector<PlannedRow> rows[2][kKinds], last;
+  std::vector<PlannedRow> rows[2][kKinds];
   std::vector<char> heads;
   std::vector<int64_t> joining, head_row_of, head_session;
   PlanBytes bytes;
@@ -195,8 +195,6 @@ const std::vector<StepEvent>& Drama3Model::step() {
   std::sort(joining.begin(), joining.end(),
             [&](int64_t a, int64_t b) { return lanes_[a].id < lanes_[b].id; });
   int64_t budget = capacity_.prefill_chunk, prefill_rows = 0;
-  std::vector<PlannedRow>& last = sc.last;  // rows whose output is their branch's newest state
-  last.clear();
   for (int64_t li : joining) {
     if (budget == 0) break;
     Lane& l = lanes_[li];

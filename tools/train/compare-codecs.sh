@@ -49,6 +49,20 @@ export PYTHONUNBUFFERED=1
 start=$(date +%s)
 mkdir -p "$out" "$dir"
 
+parse_spec() {  # NAME=CONFIG[,RECIPE] -> name, config, recipe (default tools/train/recipe.json)
+  name="${1%%=*}"
+  config="${1#*=}"
+  recipe="${config#*,}"
+  config="${config%%,*}"
+  if [ "$recipe" = "$config" ]; then recipe=tools/train/recipe.json; fi
+}
+counts() {  # synth.py's counts from a recipe's corpus; $2=0: without the glosses
+  "$py" -c 'import json, sys
+c = json.load(open(sys.argv[1]))["corpus"]
+if sys.argv[2] == "0":
+    c.pop("gloss_per_speaker", None)
+print(" ".join("--" + k.replace("_", "-") + " " + str(v) for k, v in sorted(c.items())))' "$1" "$2"
+}
 if [ "${1:-}" = --continue ]; then
   [ -f "$dir/compare.json" ] || { echo "compare-codecs: no $dir/compare.json (run the comparison first)" >&2; exit 1; }
   pick=$("$py" -c 'import json, sys; v = json.load(open(sys.argv[1]))["verdict"]["continue"]; print(v or "")' "$dir/compare.json")
@@ -61,11 +75,7 @@ if [ "${1:-}" = --continue ]; then
       echo "compare-codecs: train-state/codec exists (another codec, which gpu-chunk.sh would merge in): move it aside" >&2
       exit 1
     fi
-    spec=$(grep "^$pick=" "$dir/variants.txt")
-    config="${spec#*=}"
-    recipe="${config#*,}"
-    config="${config%%,*}"
-    if [ "$recipe" = "$config" ]; then recipe=tools/train/recipe.json; fi
+    parse_spec "$(grep "^$pick=" "$dir/variants.txt")"
     echo "compare-codecs: continuing $pick ($config, $recipe) with tools/train/gpu-chunk.sh"
     mkdir -p train-carry/work
     rm -rf train-carry/work/codec
@@ -75,9 +85,7 @@ if [ "${1:-}" = --continue ]; then
     # The recipe's whole corpus (glosses too, if the background synthesis did not finish): synth.py
     # skips what exists, and gpu-chunk.sh then finds the counts it wants.
     # shellcheck disable=SC2046
-    "$py" tools/corpus/synth.py --out "$corpus" --root "$root" $("$py" -c 'import json, sys
-c = json.load(open(sys.argv[1]))["corpus"]
-print(" ".join("--" + k.replace("_", "-") + " " + str(v) for k, v in sorted(c.items())))' "$recipe") \
+    "$py" tools/corpus/synth.py --out "$corpus" --root "$root" $(counts "$recipe" 1) \
       --jobs "$(nproc)" > "$out/synth.log" 2>&1
     DRAMA_TRAIN_CONFIG="$config" DRAMA_TRAIN_RECIPE="$recipe" exec tools/train/gpu-chunk.sh
   fi
@@ -87,18 +95,8 @@ fi
 printf '%s\n' "$@" > "$dir/variants.txt"
 names=()
 for spec in "$@"; do names+=("${spec%%=*}"); done
-first_recipe() {
-  local c="${1#*=}"
-  case "$c" in *,*) echo "${c#*,}" ;; *) echo tools/train/recipe.json ;; esac
-}
-recipe0=$(first_recipe "$1")
-counts() {  # synth.py's counts from a recipe's corpus; $2=0: without the glosses
-  "$py" -c 'import json, sys
-c = json.load(open(sys.argv[1]))["corpus"]
-if sys.argv[2] == "0":
-    c.pop("gloss_per_speaker", None)
-print(" ".join("--" + k.replace("_", "-") + " " + str(v) for k, v in sorted(c.items())))' "$1" "$2"
-}
+parse_spec "$1"
+recipe0=$recipe  # the corpus counts come from the first variant's recipe
 (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true) > "$out/device.txt" 2>&1
 if [ ! -f "$corpus/corpus.json" ]; then
   if [ ! -d "$root/usr" ]; then tools/corpus/unpack-debs.sh train-carry/debs "$root"; fi
@@ -112,11 +110,7 @@ left=$(( seconds - ($(date +%s) - start) ))
 minutes=$(awk "BEGIN {print $left / 60}")
 pids=()
 for spec in "$@"; do
-  name="${spec%%=*}"
-  config="${spec#*=}"
-  recipe="${config#*,}"
-  config="${config%%,*}"
-  if [ "$recipe" = "$config" ]; then recipe=tools/train/recipe.json; fi
+  parse_spec "$spec"
   mkdir -p "$dir/$name"
   # shellcheck disable=SC2086
   "$py" tools/train/train.py codec --work "$dir/$name" --corpus "$corpus" --config "$config" \
@@ -163,11 +157,7 @@ kill "$sampler" 2>/dev/null || true
 echo "compare-codecs: training done at $(( $(date +%s) - start )) s"
 pids=()
 for spec in "$@"; do
-  name="${spec%%=*}"
-  config="${spec#*=}"
-  recipe="${config#*,}"
-  config="${config%%,*}"
-  if [ "$recipe" = "$config" ]; then recipe=tools/train/recipe.json; fi
+  parse_spec "$spec"
   [ -f "$dir/$name/codec/state/state.json" ] || continue
   rm -rf "$dir/$name/codec/eval"
   # shellcheck disable=SC2086

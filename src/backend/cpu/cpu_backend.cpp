@@ -44,8 +44,7 @@ CpuBackend::CpuBackend(int threads, Isa isa, double min_split_work, ThreadPool::
 
 CpuBackend::Scratch& CpuBackend::thread_scratch(size_t floats, size_t ints, size_t vocab) {
   thread_local Scratch s;
-  // Doubling: attention's scores grow by one position a step, and an exact size would
-  // reallocate at every step.
+  // Doubling, so that a size creeping up never reallocates at every call.
   auto grow = [](auto& v, size_t n) {
     if (v.size() < n) v.resize(std::max(n, 2 * v.size()));
   };
@@ -57,8 +56,8 @@ CpuBackend::Scratch& CpuBackend::thread_scratch(size_t floats, size_t ints, size
 }
 
 void warm_thread_scratch() {
-  // 8192 attention positions, 4096 experts, a 4096-entry vocabulary: beyond every model here.
-  CpuBackend::thread_scratch(8192, 4096, 4096);
+  // 4096 experts and a 4096-entry vocabulary: beyond every model here.
+  CpuBackend::thread_scratch(4096, 4096, 4096);
 }
 
 std::string CpuBackend::name() const {

@@ -98,8 +98,8 @@ class CpuBackend final : public Backend {
   void download_impl(void* dst, const void* src, size_t bytes) override;
 
  private:
-  // The calling thread's kernel scratch (attention scores, routing probabilities and ranks,
-  // sampling), kept for the thread's life: per thread, so callers on several host threads never
+  // The calling thread's kernel scratch (routing probabilities and ranks, sampling), kept for
+  // the thread's life: per thread, so callers on several host threads never
   // share it, and sized at a worker's start (warm_thread_scratch, the pool's start hook) for
   // every model here, so a decode step allocates nothing whichever thread runs a chunk. It grows
   // (doubling) only past those sizes.
