@@ -201,17 +201,6 @@ std::vector<float> resample_audio(std::span<const float> x, int64_t from_rate, i
   return out;
 }
 
-std::vector<float> load_audio_at_rate(const std::filesystem::path& path, int64_t rate) {
-  DecodedAudio a = read_audio_file(path);
-  return resample_audio(a.mono, a.sample_rate, rate);
-}
-
-std::vector<float> load_audio_at_rate(std::span<const uint8_t> bytes, const std::string& label,
-                                      int64_t rate) {
-  const DecodedAudio a = read_audio_memory(bytes, label);
-  return resample_audio(a.mono, a.sample_rate, rate);
-}
-
 AudioFormat audio_format_from_name(const std::string& name, const std::string& what) {
   if (name == "wav") return AudioFormat::Wav;
   if (name == "flac") return AudioFormat::Flac;

@@ -30,11 +30,6 @@ DecodedAudio read_audio_memory(std::span<const uint8_t> bytes, const std::string
 // Returns the input unchanged when the rates are equal.
 std::vector<float> resample_audio(std::span<const float> x, int64_t from_rate, int64_t to_rate);
 
-// Read + downmix + resample to `rate`, from a file or from bytes in memory (named `label`).
-std::vector<float> load_audio_at_rate(const std::filesystem::path& path, int64_t rate);
-std::vector<float> load_audio_at_rate(std::span<const uint8_t> bytes, const std::string& label,
-                                      int64_t rate);
-
 enum class AudioFormat { Wav, Flac, Pcm, Mp3, Opus };
 
 // "wav", "flac", "pcm" (also "raw"), "mp3", "opus"; anything else is a UsageError naming `what`.

@@ -33,12 +33,17 @@ namespace {
 
 using nlohmann::json;
 
-// The voice writer's rule (util/request_rules.h), as `drama voice write` applies it.
-void check_reference_pcm(std::span<const float> pcm, int64_t rate, const std::string& label) {
+// The voice writer's rule (util/request_rules.h), as `drama voice write` applies it: on the
+// decoded audio at its own rate, before any resampling (a reference too long is refused before
+// the resampler spends time on it), then resampled to the codec's rate.
+std::vector<float> checked_reference_at_rate(std::span<const uint8_t> bytes,
+                                             const std::string& label, int64_t rate) {
+  const DecodedAudio audio = read_audio_memory(bytes, label);
+  if (audio.mono.empty()) throw Error(label + ": the audio holds no samples.");
   float peak = 0;
-  for (float x : pcm) peak = std::max(peak, std::fabs(x));
-  if (pcm.empty()) throw Error(label + ": the audio holds no samples.");
-  rules::check_reference(double(pcm.size()) / double(rate), peak, label);
+  for (float x : audio.mono) peak = std::max(peak, std::fabs(x));
+  rules::check_reference(audio.seconds(), peak, label);
+  return resample_audio(audio.mono, audio.sample_rate, rate);
 }
 
 thread_local RequestLogLine t_log;
@@ -358,8 +363,7 @@ void SpeechServer::handle_speech(const httplib::Request& req, httplib::Response&
     if (!bytes)
       throw ApiError(400, "invalid_base64", "'ref_audio' is not valid base64", "ref_audio");
     try {
-      ref_pcm = load_audio_at_rate(*bytes, "'ref_audio'", engine_.sample_rate());
-      check_reference_pcm(ref_pcm, engine_.sample_rate(), "'ref_audio'");
+      ref_pcm = checked_reference_at_rate(*bytes, "'ref_audio'", engine_.sample_rate());
     } catch (const Error& e) {
       throw ApiError(400, "invalid_audio", e.what(), "ref_audio");
     }
@@ -585,9 +589,8 @@ void SpeechServer::handle_voice_add(const httplib::Request& req, httplib::Respon
 
   std::vector<float> pcm;
   try {
-    pcm = load_audio_at_rate({reinterpret_cast<const uint8_t*>(audio.data()), audio.size()},
-                             "'audio_sample'", engine_.sample_rate());
-    check_reference_pcm(pcm, engine_.sample_rate(), "'audio_sample'");
+    pcm = checked_reference_at_rate({reinterpret_cast<const uint8_t*>(audio.data()), audio.size()},
+                                    "'audio_sample'", engine_.sample_rate());
   } catch (const Error& e) {
     throw ApiError(400, "invalid_audio", e.what(), "audio_sample");
   }

@@ -262,7 +262,7 @@ TEST(OpenAiDropIn, ReferenceLimitsAreTheCommandLinesRule) {
         "/v1/audio/voices",
         httplib::MultipartFormDataItems{
             {"audio_sample", wav, "r.wav", ""}, {"name", "n", "", ""}, {"ref_text", "t", "", ""}});
-    ASSERT_TRUE(r);
+    ASSERT_TRUE(r) << seconds << " s: " << httplib::to_string(r.error());
     EXPECT_EQ(r->status, 400) << seconds;
     std::string rule;
     try {
