@@ -3,6 +3,7 @@
 #include "server/speech_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -44,6 +45,25 @@ std::vector<float> checked_reference_at_rate(std::span<const uint8_t> bytes,
   for (float x : audio.mono) peak = std::max(peak, std::fabs(x));
   rules::check_reference(audio.seconds(), peak, label);
   return resample_audio(audio.mono, audio.sample_rate, rate);
+}
+
+// Listens again on `sock` with the system's largest backlog (SOMAXCONN, capped by
+// net.core.somaxconn): Linux takes a second listen() on a listening socket as a new backlog. Only
+// on the socket the server bound: listening, and on `port`.
+void widen_listen_backlog(int sock, int port) {
+  int accepting = 0;
+  socklen_t len = sizeof accepting;
+  sockaddr_storage addr{};
+  socklen_t addr_len = sizeof addr;
+  const bool ours =
+      sock >= 0 && getsockopt(sock, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 &&
+      accepting == 1 && getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &addr_len) == 0 &&
+      ((addr.ss_family == AF_INET &&
+        ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port) == port) ||
+       (addr.ss_family == AF_INET6 &&
+        ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port) == port));
+  if (!ours || ::listen(sock, SOMAXCONN) != 0)
+    throw Error("cannot widen the listen backlog of port " + std::to_string(port));
 }
 
 thread_local RequestLogLine t_log;
@@ -149,9 +169,14 @@ int SpeechServer::bind() {
   // httplib's default sets SO_REUSEPORT, with which a second server binds the same port and the
   // kernel shares connections between both. SO_REUSEADDR alone still allows a restart while old
   // connections sit in TIME_WAIT, but refuses a port that is being listened on.
-  http_->set_socket_options([](int sock) {
+  // The callback also notes the socket: httplib (Debian's 0.11, compiled) listens with a backlog
+  // of 5, and a burst of clients connecting while the accept thread waits for a core found the
+  // queue full (connections reset or delayed by a second, tests/server/test_serve_load.cpp).
+  int listening = -1;
+  http_->set_socket_options([&listening](int sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listening = sock;
   });
   int port = options_.port == 0
                  ? http_->bind_to_any_port(options_.host)
@@ -160,6 +185,7 @@ int SpeechServer::bind() {
     throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                 " (address in use or not available)");
   }
+  widen_listen_backlog(listening, port);
   return port;
 }
 

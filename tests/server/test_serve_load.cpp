@@ -8,7 +8,10 @@
 // HTTP workers are live at once there, and the heap's high-water mark rose over the first few
 // hundred requests before it stayed flat (measured: 31.7 MiB after 200 requests, 32.7 MiB from
 // 1000 to 1600).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <filesystem>
@@ -31,18 +34,24 @@ std::string body_for(int variant) {
          (variant % 2 ? R"(, "stream": true)" : "") + "}";
 }
 
-void eight_clients_two_hundred_requests(const std::string& lanes, bool concurrent_warmup) {
+// A fresh folder for one test, with its own device locks and the tiny checkpoint in dir/tiny.
+fs::path test_folder_with_tiny(const std::string& name) {
   fs::path dir =
-      fs::path(env_or("DRAMA_TEST_TMP", "/tmp")) / ("serve-load-" + std::to_string(getpid()));
+      fs::path(env_or("DRAMA_TEST_TMP", "/tmp")) / (name + "-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   setenv("DRAMA_CACHE", (dir / "cache").c_str(), 1);  // own device locks
-  fs::path ckpt = dir / "tiny";
-  ASSERT_EQ(run_command({env_or("DRAMA_BIN", "drama"), "make-checkpoint", "--config",
+  EXPECT_EQ(run_command({env_or("DRAMA_BIN", "drama"), "make-checkpoint", "--config",
                          env_or("DRAMA_SOURCE_DIR", ".") + "/configs/tiny.json", "--seed", "1",
-                         "--nvfp4", "-o", ckpt.string()},
+                         "--nvfp4", "-o", (dir / "tiny").string()},
                         dir / "make-checkpoint.log"),
             0);
+  return dir;
+}
+
+void eight_clients_two_hundred_requests(const std::string& lanes, bool concurrent_warmup) {
+  const fs::path dir = test_folder_with_tiny("serve-load");
+  const fs::path ckpt = dir / "tiny";
   ServerProcess s(
       {"--checkpoint", ckpt.string(), "--manifest", (ckpt / "manifest.json").string(), "--voices",
        (dir / "voices").string(), "--backend", env_or("DRAMA_SERVER_BACKEND", "cpu"), "--threads",
@@ -108,6 +117,75 @@ TEST(ServeLoad, EightClientsTwoHundredRequestsOneLane) {
 
 TEST(ServeLoad, EightClientsTwoHundredRequestsFourLanes) {
   eight_clients_two_hundred_requests("4", true);
+}
+
+// A burst of connections while the server cannot accept (stopped here with SIGSTOP; under load,
+// a busy accept thread) waits in the kernel's accept queue, as long as the listen backlog allows.
+// httplib listens with a backlog of 5: 32 clients connecting at once to a loaded server got
+// "connection reset" for some of them (measured 2026-12-04, drama-mini, --lanes 32, 1 thread).
+// Here all 64 connections complete their handshake while the server is stopped, and each gets its
+// /health reply once it runs again.
+TEST(ServeLoad, ABurstOfConnectionsWaitsInTheAcceptQueue) {
+  const fs::path dir = test_folder_with_tiny("serve-burst");
+  const fs::path ckpt = dir / "tiny";
+  ServerProcess s({"--checkpoint", ckpt.string(), "--manifest", (ckpt / "manifest.json").string(),
+                   "--backend", "cpu", "--threads", "1"},
+                  dir / "serve.log");
+  ASSERT_TRUE(s.ready()) << s.log_text();
+  ASSERT_EQ(kill(s.pid(), SIGSTOP), 0);
+  constexpr int kConnections = 64;
+  std::vector<int> socks;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(s.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < kConnections; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    socks.push_back(fd);
+    const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    ASSERT_TRUE(rc == 0 || errno == EINPROGRESS) << strerror(errno);
+  }
+  // A connection whose SYN the kernel dropped (accept queue full) retries only after 1 s.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(700);
+  int connected = 0;
+  std::vector<bool> done(kConnections, false);
+  while (connected < kConnections && std::chrono::steady_clock::now() < deadline) {
+    for (int i = 0; i < kConnections; ++i) {
+      if (done[size_t(i)]) continue;
+      pollfd p{socks[size_t(i)], POLLOUT, 0};
+      if (poll(&p, 1, 0) == 1) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        getsockopt(socks[size_t(i)], SOL_SOCKET, SO_ERROR, &err, &len);
+        EXPECT_EQ(err, 0) << strerror(err);
+        done[size_t(i)] = true;
+        ++connected;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(connected, kConnections) << "connections established while the server was stopped";
+  ASSERT_EQ(kill(s.pid(), SIGCONT), 0);
+  const std::string request =
+      "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  int answered = 0;
+  for (int fd : socks) {
+    const int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    timeval tv{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
+      std::string reply;
+      char buf[4096];
+      for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) reply.append(buf, size_t(n));
+      answered += reply.rfind("HTTP/1.1 200", 0) == 0;
+    }
+    close(fd);
+  }
+  EXPECT_EQ(answered, kConnections);
+  EXPECT_EQ(s.terminate(), 0);
 }
 
 }  // namespace
