@@ -17,6 +17,18 @@ __device__ __forceinline__ bool before(float sa, int32_t a, float sb, int32_t b)
   return b < 0 || (a >= 0 && (sa > sb || (sa == sb && a < b)));
 }
 
+// The warp's first (score, id) by `before`, left in every lane's bs and bi.
+__device__ __forceinline__ void warp_first(float& bs, int32_t& bi) {
+  for (int m = 16; m >= 1; m /= 2) {
+    const float os = __shfl_xor_sync(0xffffffffu, bs, m);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, m);
+    if (before(os, oi, bs, bi)) {
+      bs = os;
+      bi = oi;
+    }
+  }
+}
+
 // The block's first candidate by `before` among ids not yet taken; every thread gets it.
 __device__ int32_t block_first(const float* s, const uint8_t* taken, int64_t vocab, float* sv,
                                int32_t* si) {
@@ -27,14 +39,7 @@ __device__ int32_t block_first(const float* s, const uint8_t* taken, int64_t voc
       bs = s[i];
       bi = static_cast<int32_t>(i);
     }
-  for (int m = 16; m >= 1; m /= 2) {
-    const float os = __shfl_xor_sync(0xffffffffu, bs, m);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, m);
-    if (before(os, oi, bs, bi)) {
-      bs = os;
-      bi = oi;
-    }
-  }
+  warp_first(bs, bi);
   __syncthreads();
   if (threadIdx.x % 32 == 0) {
     sv[threadIdx.x / 32] = bs;
@@ -187,14 +192,7 @@ __global__ void sample_wide_slice_kernel(const float* __restrict__ logits, int64
     }
   }
   if (bad) any_bad = 1;
-  for (int m = 16; m >= 1; m /= 2) {
-    const float os = __shfl_xor_sync(0xffffffffu, bs, m);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, m);
-    if (before(os, oi, bs, bi)) {
-      bs = os;
-      bi = oi;
-    }
-  }
+  warp_first(bs, bi);
   if (threadIdx.x % 32 == 0) {
     sv[threadIdx.x / 32] = bs;
     si[threadIdx.x / 32] = bi;
