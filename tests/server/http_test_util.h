@@ -56,19 +56,28 @@ inline Reply post(int port, const std::string& path, const std::string& body,
   return reply;
 }
 
-inline Reply get(int port, const std::string& path, const std::string& method = "GET") {
+// A request with extra headers; the body in full. PUT and POST send `body` as `type`.
+inline Reply call(int port, const std::string& method, const std::string& path,
+                  const std::string& body, const httplib::Headers& headers,
+                  const std::string& type = "application/json") {
   httplib::Client cli("127.0.0.1", port);
   cli.set_read_timeout(30, 0);
-  httplib::Result res = method == "DELETE" ? cli.Delete(path.c_str())
-                        : method == "PUT"  ? cli.Put(path.c_str(), "", "text/plain")
-                                           : cli.Get(path.c_str());
-  Reply r;
-  if (res) {
-    r.status = res->status;
-    r.headers = res->headers;
-    r.body = res->body;
+  httplib::Result r = method == "GET"      ? cli.Get(path.c_str(), headers)
+                      : method == "DELETE" ? cli.Delete(path.c_str(), headers)
+                      : method == "PUT"    ? cli.Put(path.c_str(), headers, body, type.c_str())
+                                           : cli.Post(path.c_str(), headers, body, type.c_str());
+  Reply out;
+  if (r) {
+    out.status = r->status;
+    out.headers = r->headers;
+    out.body = r->body;
   }
-  return r;
+  return out;
+}
+
+// GET, DELETE or PUT (an empty text/plain body) with no extra headers.
+inline Reply get(int port, const std::string& path, const std::string& method = "GET") {
+  return call(port, method, path, "", {}, "text/plain");
 }
 
 inline uint32_t le32(const std::string& s, size_t at) {

@@ -41,23 +41,6 @@ ServerOptions options(const std::string& name) {
   return o;
 }
 
-// A request with extra headers; the body in full.
-Reply call(int port, const std::string& method, const std::string& path, const std::string& body,
-           const httplib::Headers& headers, const std::string& type = "application/json") {
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(30, 0);
-  httplib::Result r = method == "GET"      ? cli.Get(path.c_str(), headers)
-                      : method == "DELETE" ? cli.Delete(path.c_str(), headers)
-                                           : cli.Post(path.c_str(), headers, body, type.c_str());
-  Reply out;
-  if (r) {
-    out.status = r->status;
-    out.headers = r->headers;
-    out.body = r->body;
-  }
-  return out;
-}
-
 std::string tone_wav(double seconds, int rate = 16000) {
   std::vector<float> pcm(size_t(seconds * rate));
   for (size_t i = 0; i < pcm.size(); ++i) pcm[i] = float(0.3 * std::sin(0.03 * double(i)));
