@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
+import { pcmWav } from "./wav.mjs";
 
 const url = process.env.DRAMA_URL;
 const apiKey = process.env.DRAMA_API_KEY;
@@ -16,16 +17,7 @@ const input = "Hello from the OpenAI SDK.";
 const extra = { seed: 11, max_duration_s: 0.8 };
 
 function toneWav(seconds, rate = 24000) {
-  const n = Math.round(seconds * rate);
-  const buf = Buffer.alloc(44 + 2 * n);
-  buf.write("RIFF", 0); buf.writeUInt32LE(36 + 2 * n, 4); buf.write("WAVE", 8);
-  buf.write("fmt ", 12); buf.writeUInt32LE(16, 16); buf.writeUInt16LE(1, 20);
-  buf.writeUInt16LE(1, 22); buf.writeUInt32LE(rate, 24); buf.writeUInt32LE(2 * rate, 28);
-  buf.writeUInt16LE(2, 32); buf.writeUInt16LE(16, 34); buf.write("data", 36);
-  buf.writeUInt32LE(2 * n, 40);
-  for (let i = 0; i < n; i++)
-    buf.writeInt16LE(Math.round(8000 * Math.sin(i * 0.05) * (1 + 0.5 * Math.sin(i * 0.0007))), 44 + 2 * i);
-  return buf;
+  return pcmWav(seconds, rate, (i) => 8000 * Math.sin(i * 0.05) * (1 + 0.5 * Math.sin(i * 0.0007)));
 }
 
 async function bytes(response) {
