@@ -1,6 +1,7 @@
 // `drama bench codec`: Mimi decode (streamed and whole) and encode speed on a random codec at the
 // real Mimi geometry (hidden 512, 8 transformer layers, filters 64, ratios [8,6,5,4], 8
-// codebooks), built in a temporary directory. Real-time factor = audio seconds / compute seconds.
+// codebooks), built in a temporary directory, or with --weights on a shipped checkpoint's codec
+// (verified, as every command loads it). Real-time factor = audio seconds / compute seconds.
 // The ceiling measured in the same run is the backend's conv1d rate on a large convolution, with
 // the decoder's arithmetic per frame, so the achieved rate can be read against it.
 #include <unistd.h>
@@ -10,12 +11,14 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "cli/bench.h"
+#include "cli/weights_options.h"
 #include "codec/codec_ops.h"
 #include "codec/mimi.h"
 #include "codec/mimi_layers.h"
@@ -32,6 +35,7 @@ struct CodecBenchOptions {
   int64_t frames = 50;
   int threads = 1;
   std::string backend = "cpu";
+  std::string weights;  // empty: the random codec at the Mimi geometry
   std::string json;
 };
 
@@ -104,13 +108,24 @@ int run_codec_bench(const CodecBenchOptions& o) {
       fs::remove_all(p, ec);
     }
   } cleanup{dir};
-  fs::create_directories(dir);
-  MimiConfig geometry;  // HF defaults: the real Mimi geometry
-  geometry.num_quantizers = 8;
-  write_random_codec(geometry, 1, dir);
+  std::optional<ResolvedCheckpoint> checkpoint;  // holds the device lock while the codec runs
+  fs::path codec_dir = dir;
+  if (o.weights.empty()) {
+    fs::create_directories(dir);
+    MimiConfig geometry;  // HF defaults: the real Mimi geometry
+    geometry.num_quantizers = 8;
+    write_random_codec(geometry, 1, dir);
+  } else {
+    WeightsOptions w;
+    w.weights = o.weights;
+    w.backend = {o.backend, o.threads};
+    checkpoint = resolve_weights(w);
+    codec_dir = checkpoint->dir / "codec";
+  }
   auto backend = make_backend({o.backend, o.threads});
-  MimiModel model(dir, *backend);
-  const int64_t k = 8, spf = model.samples_per_frame();
+  MimiModel model(codec_dir, *backend);
+  const MimiConfig& geometry = model.config();
+  const int64_t k = std::min<int64_t>(8, model.num_quantizers()), spf = model.samples_per_frame();
   std::mt19937_64 rng(42);
   std::vector<int32_t> codes(static_cast<size_t>(o.frames * k));
   for (auto& v : codes) v = static_cast<int32_t>(rng() % model.codebook_size());
@@ -156,9 +171,14 @@ int run_codec_bench(const CodecBenchOptions& o) {
   j["bench"] = "codec";
   j["backend"] = backend->name();
   j["threads"] = o.threads;
-  j["geometry"] = {{"hidden_size", 512}, {"num_hidden_layers", 8},
-                   {"num_filters", 64},  {"upsampling_ratios", {8, 6, 5, 4}},
-                   {"num_codebooks", k}, {"weights", "random (write_random_codec seed 1)"}};
+  j["geometry"] = {{"hidden_size", geometry.hidden_size},
+                   {"num_hidden_layers", geometry.num_hidden_layers},
+                   {"num_filters", geometry.num_filters},
+                   {"upsampling_ratios", geometry.upsampling_ratios},
+                   {"num_codebooks", k},
+                   {"frame_rate", model.frame_rate()},
+                   {"weights", o.weights.empty() ? "random (write_random_codec seed 1)"
+                                                 : checkpoint->provenance}};
   j["frames"] = o.frames;
   j["audio_seconds"] = audio_s;
   j["streamed"] = {{"seconds", streamed_s},
@@ -200,6 +220,9 @@ void register_bench_codec(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--threads", o->threads, "CPU threads (default 1)");
   sub->add_option("--backend", o->backend, "cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  sub->add_option("--weights", o->weights,
+                  "a shipped checkpoint's codec (e.g. drama-mini), verified; default: a random "
+                  "codec at the Mimi geometry");
   sub->add_option("--json", o->json, "also write the JSON here");
   sub->callback([&run, o] { run = [o] { return run_codec_bench(*o); }; });
 }
