@@ -15,8 +15,11 @@ using testing::run_drama;
 
 TEST(BenchCodecCli, WeightsBenchTheCheckpointsCodec) {
   testing::ScratchDir dir("bench-codec-cli");
+  // Its own cache (the mini checkpoint is made there) and so its own device locks: the default
+  // lock of the cpu device is held by whatever else runs at the time (first found under ctest -j2).
+  const std::string env = "DRAMA_CACHE=" + testing::quote((dir.path() / "cache").string()) + " ";
   const testing::CliResult r =
-      run_drama("bench codec --weights mini --frames 3 --json out.json", dir.path());
+      run_drama("bench codec --weights mini --frames 3 --json out.json", dir.path(), env);
   ASSERT_EQ(r.status, 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(read_text_file(dir / "out.json"));
   const nlohmann::json& g = j.at("geometry");
@@ -27,7 +30,7 @@ TEST(BenchCodecCli, WeightsBenchTheCheckpointsCodec) {
   EXPECT_NEAR(j.at("audio_seconds").get<double>(), 3 / 12.5, 1e-9);
 
   const testing::CliResult bad =
-      run_drama("bench codec --weights no-such-model --frames 3", dir.path());
+      run_drama("bench codec --weights no-such-model --frames 3", dir.path(), env);
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.err.find("no-such-model"), std::string::npos) << bad.err;
 }
