@@ -27,10 +27,10 @@ def checkpoint_label(checkpoint):
     return f"{m.get('repo')}@{m.get('revision')}"
 
 
-def start_server(drama, checkpoint, threads, backend):
+def start_server(drama, checkpoint, threads, backend, extra=()):
     proc = subprocess.Popen(
         [drama, "serve", "--checkpoint", checkpoint, "--manifest", os.path.join(checkpoint, "manifest.json"),
-         "--port", "0", "--threads", str(threads), "--backend", backend],
+         "--port", "0", "--threads", str(threads), "--backend", backend, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
     while time.time() < deadline:
