@@ -1,5 +1,7 @@
 // Codec kernels of the CPU backend against float64 loops: grouped/strided/dilated conv1d,
 // transposed conv1d, ELU, exact GELU, LayerNorm, layer scale, vector-quantizer decode/encode.
+#include <map>
+
 #include "cpu_test_util.h"
 
 namespace drama::test {
@@ -144,6 +146,41 @@ TEST(CpuCodec, Activations) {
     const double v = x[i];
     ASSERT_NEAR(e[i], v > 0 ? v : std::expm1(v), 1e-6);
     ASSERT_NEAR(g[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 2e-6 * (1 + std::abs(v)));
+  }
+}
+
+// ELU on every ISA (the AVX-512 one gathers the inputs that are not positive, runs them densely
+// and puts them back, in blocks of 1024): each element is the value it gets alone, in place or
+// not, at lengths around the vector, group and block sizes, with signed zeros, NaN, infinities,
+// values past the exponential's clamp and tiny negatives; the AVX-512 and AVX2 paths (the same
+// float64 polynomial) agree bitwise.
+TEST(CpuCodec, EluOfEachElementIsItsValueAlone) {
+  std::mt19937 rng(kSeed + 7);
+  std::vector<float> pool = random_floats(rng, 5000, -12.0f, 6.0f);
+  const float special[] = {0.0f,    -0.0f,  NAN,    INFINITY, -INFINITY, -90.0f, -1e-9f,
+                           -1e-30f, 1e-30f, -80.0f, 88.0f,    -17.5f,    -1.0f,  3.0f};
+  for (size_t i = 0; i < std::size(special); ++i) pool[i * 97] = special[i];
+  std::map<cpu::Isa, std::vector<float>> whole;
+  for (cpu::Isa isa : supported_isas()) {
+    cpu::CpuBackend be(1, isa, 0.0);
+    for (int64_t n : {1, 7, 15, 16, 17, 63, 64, 65, 1023, 1024, 1025, 2049, 5000}) {
+      std::vector<float> y(size_t(n), 123.0f), in_place(pool.begin(), pool.begin() + n);
+      be.elu(pool.data(), n, 1.0f, y.data());
+      be.elu(in_place.data(), n, 1.0f, in_place.data());
+      for (int64_t i = 0; i < n; ++i) {
+        float alone = 0;
+        be.elu(&pool[size_t(i)], 1, 1.0f, &alone);
+        ASSERT_EQ(0, std::memcmp(&y[size_t(i)], &alone, sizeof alone))
+            << cpu::isa_name(isa) << " n " << n << " element " << i << " x " << pool[size_t(i)];
+        ASSERT_EQ(0, std::memcmp(&in_place[size_t(i)], &alone, sizeof alone))
+            << cpu::isa_name(isa) << " in place, n " << n << " element " << i;
+      }
+      if (n == 5000) whole[isa] = y;
+    }
+  }
+  if (whole.count(cpu::Isa::Avx512) && whole.count(cpu::Isa::Avx2)) {
+    EXPECT_EQ(0, std::memcmp(whole[cpu::Isa::Avx512].data(), whole[cpu::Isa::Avx2].data(),
+                             whole[cpu::Isa::Avx2].size() * sizeof(float)));
   }
 }
 
