@@ -172,15 +172,19 @@ int SpeechServer::bind() {
   // The callback also notes the socket: httplib (Debian's 0.11, compiled) listens with a backlog
   // of 5, and a burst of clients connecting while the accept thread waits for a core found the
   // queue full (connections reset or delayed by a second, tests/server/test_serve_load.cpp).
-  int listening = -1;
-  http_->set_socket_options([&listening](int sock) {
+  auto reuse_address = [](int sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  };
+  int listening = -1;
+  http_->set_socket_options([&listening, reuse_address](int sock) {
+    reuse_address(sock);
     listening = sock;
   });
   int port = options_.port == 0
                  ? http_->bind_to_any_port(options_.host)
                  : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  http_->set_socket_options(reuse_address);  // no reference to this frame's `listening` kept
   if (port < 0) {
     throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
                 " (address in use or not available)");
