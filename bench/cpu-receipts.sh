@@ -44,4 +44,12 @@ receipt = {"bench": "decode", "config": "configs/cpu-bench.json",
 json.dump(receipt, open("results/decode-cpu.json", "w"), indent=1)
 PY
 bench/server_latency.py --drama "$drama" --checkpoint "$ck" --frames 25 --json results/server-latency.json >/dev/null
+# Concurrent streams end to end on the bundled drama-mini (docs/server.md, "End to end"), when it
+# is in the checkout.
+if [ -f models/drama-mini/manifest.json ]; then
+  for threads in 1 2; do
+    bench/server_streams.py --drama "$drama" --threads $threads --stop-below-real-time \
+      --json results/streams-e2e-cpu-${threads}t.json >/dev/null
+  done
+fi
 echo "receipts written"
