@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "util/stack_or_heap.h"
 
 namespace drama::cpu {
 
@@ -66,16 +67,10 @@ void CpuBackend::attention(const float* q, int64_t rows, const int32_t* position
         span, window > 0 ? std::min<int64_t>(window, positions[r] + 1) : positions[r] + 1);
   const double item_work = static_cast<double>(span * head_dim) * 8;
   pool_.parallel_for(rows * n_heads, 1, item_work, [&](int64_t t0, int64_t t1) {
-    // This chunk's scores: on the stack up to kStackScores positions (no allocation in a step),
-    // on the heap past that.
-    constexpr int64_t kStackScores = 8192;
-    float stack_scores[kStackScores];
-    std::vector<float> heap_scores;
-    float* p = stack_scores;
-    if (span > kStackScores) {
-      heap_scores.resize(static_cast<size_t>(span));
-      p = heap_scores.data();
-    }
+    // This chunk's scores: on the stack up to 8192 positions (no allocation in a step), on the
+    // heap past that.
+    StackOrHeap<float, 8192> scores(static_cast<size_t>(span));
+    float* p = scores.data();
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t r = t / n_heads, h = t % n_heads, kvh = h / group;
       const int64_t last = positions[r];

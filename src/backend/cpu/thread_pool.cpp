@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "util/error.h"
+#include "util/stack_or_heap.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -142,13 +143,7 @@ void ThreadPool::run(int64_t n, int64_t grain, int64_t max_parts, const Range& f
   chunks_ = (n + chunk_ - 1) / chunk_;
   parts = std::min(parts, chunks_);
   next_chunk_.store(0, std::memory_order_relaxed);
-  uint32_t sequence[kMaxStackParts];
-  std::vector<uint32_t> more;
-  uint32_t* seq = sequence;
-  if (parts > kMaxStackParts) {
-    more.resize(static_cast<size_t>(parts));
-    seq = more.data();
-  }
+  StackOrHeap<uint32_t, kMaxStackParts> seq(static_cast<size_t>(parts));
   for (int64_t i = 1; i < parts; ++i) seq[i] = post(mail_[i]);
   wake_sleepers(parts);
   std::exception_ptr error;
