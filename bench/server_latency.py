@@ -65,6 +65,15 @@ def streamed_request(base, text, seed, seconds):
     return first, time.perf_counter() - t0, total
 
 
+def write_receipt(receipt, path):
+    """Prints the receipt and, with a path, writes it there too (bench/server_streams.py also)."""
+    text_out = json.dumps(receipt, indent=1)
+    print(text_out)
+    if path:
+        with open(path, "w") as f:
+            f.write(text_out + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--drama", required=True)
@@ -127,11 +136,7 @@ def main():
                 "generation of their process; say's the median of three runs); http is the median "
                 "of three warm requests after the first",
     }
-    text_out = json.dumps(receipt, indent=1)
-    print(text_out)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text_out + "\n")
+    write_receipt(receipt, a.json)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from server_latency import checkpoint_label, start_server  # noqa: E402
+from server_latency import checkpoint_label, start_server, write_receipt  # noqa: E402
 
 RATE = 24000
 TEXT = ("The old man walked slowly along the quiet road toward the small village, where the "
@@ -148,11 +147,7 @@ def main():
                 "the same run, the ceiling; underrun_max_s: the most a chunk came after a zero-buffer "
                 "player started at the first byte needed it",
     }
-    text_out = json.dumps(receipt, indent=1)
-    print(text_out)
-    if a.json:
-        with open(a.json, "w") as f:
-            f.write(text_out + "\n")
+    write_receipt(receipt, a.json)
 
 
 if __name__ == "__main__":
