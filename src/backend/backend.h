@@ -221,7 +221,10 @@ class Backend {
   // Causal-ready 1-D convolution over x [in_ch, len] (already padded by the caller), weight
   // [out_ch, in_ch/groups, kernel] float32, optional bias [out_ch]:
   // y[o, t] = b[o] + sum_{c,j} w[o, c, j] * x[g*in_per_group + c, t*stride + j*dilation],
-  // t < out_len. y is [out_ch, out_len].
+  // t < out_len. y is [out_ch, out_len]. Every output element is reduced alone in one fixed order
+  // (spec section 7), whatever len, out_len and the tiling: a codec pass lays several streams'
+  // inputs side by side in one call and relies on each output equalling its own call's
+  // (codec/mimi_layers.h). The same holds for conv_transpose1d.
   virtual void conv1d(const float* x, int64_t in_ch, int64_t len, const float* w, const float* bias,
                       int64_t out_ch, int64_t kernel, int64_t stride, int64_t dilation,
                       int64_t groups, float* y, int64_t out_len) = 0;

@@ -70,6 +70,8 @@ class MimiModel {
   mutable std::string sha256_;
 };
 
+struct MimiDecodeScratch;
+
 class MimiDecoderStream {
  public:
   explicit MimiDecoderStream(const MimiModel& model);
@@ -80,12 +82,37 @@ class MimiDecoderStream {
   void decode_frame(std::span<const int32_t> codes, std::vector<float>& pcm);
   int64_t frames() const { return frames_; }
   void reset();  // start a new utterance
+  struct State;  // the carried layer states (mimi_decoder.cpp)
 
  private:
-  struct State;
+  friend class MimiDecodeBatch;
   const MimiModel& model_;
   std::unique_ptr<State> state_;
+  std::unique_ptr<MimiDecodeScratch> scratch_;
   int64_t frames_ = 0;
+};
+
+// Several streams' next frames in one pass, what a server decoding many sessions does: every
+// layer runs once for all of them (mimi_layers.h), so its weights are read and its kernels
+// launched once per pass rather than once per stream. Each stream's samples equal those of its
+// own decode_frame() bit for bit, whatever the batch; decode_frame() is the batch of one.
+// Every stream must decode `model`'s frames and each frame have the same number of codebooks.
+// Bad codes in any frame throw drama::Error before any stream changes. Not thread-safe: one
+// pass at a time per batch object (its scratch), and a stream in one pass at a time.
+class MimiDecodeBatch {
+ public:
+  explicit MimiDecodeBatch(const MimiModel& model);
+  ~MimiDecodeBatch();
+  MimiDecodeBatch(const MimiDecodeBatch&) = delete;
+  MimiDecodeBatch& operator=(const MimiDecodeBatch&) = delete;
+  // streams[i] decodes codes[i] into *pcm[i] (samples_per_frame() samples).
+  void decode(std::span<MimiDecoderStream* const> streams,
+              std::span<const std::span<const int32_t>> codes,
+              std::span<std::vector<float>* const> pcm);
+
+ private:
+  const MimiModel& model_;
+  std::unique_ptr<MimiDecodeScratch> scratch_;
 };
 
 // Checks codes [frames, K] against a codec: K in 1..num_quantizers, each code in range. Throws

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "codec/mimi.h"
+#include "engine/decode_passes.h"
 #include "engine/scheduler.h"
 #include "format/checkpoint.h"
 #include "model/drama3_model.h"
@@ -78,6 +79,7 @@ class DramaEngine final : public Engine {
         throw Error(dir.string() + "/codec: " + std::to_string(codec_->num_quantizers()) +
                     " quantizers, fewer than the model's " + std::to_string(audio.num_codebooks) +
                     " codebooks");
+      decode_passes_ = std::make_unique<DecodePasses>(*codec_, codec_mutex_);
     }
     name_ = std::filesystem::weakly_canonical(dir).filename().string();
     scheduler_ = std::make_unique<FrameScheduler>(*model_);
@@ -87,18 +89,16 @@ class DramaEngine final : public Engine {
                      const std::atomic<bool>* cancel) override {
     if (!codec_)
       throw Error(checkpoint_.dir().string() + " has no codec/ directory; only codes can be made");
-    // The codec decodes each frame on the caller's thread while the model's step (on the
-    // scheduler's thread) makes the next one: a pipeline per request.
+    // The codec decodes each frame on a request's thread while the model's step (on the
+    // scheduler's thread) makes the next one: a pipeline. The frames of requests that arrive
+    // together share a pass (decode_passes.h).
     MimiDecoderStream stream(*codec_);
     std::vector<float> pcm;
     int64_t samples = 0;
     const double t0 = now_s();
     double first = -1;
     auto deliver = [&](std::span<const int32_t> codes) {
-      {
-        std::lock_guard lock(codec_mutex_);
-        stream.decode_frame(codes, pcm);
-      }
+      decode_passes_->decode(stream, codes, pcm);
       samples += static_cast<int64_t>(pcm.size());
       if (first < 0) first = now_s() - t0;
       return sink(pcm);
@@ -162,6 +162,10 @@ class DramaEngine final : public Engine {
     e.steps = s.steps.steps;
     e.backbone_rows = s.steps.backbone_rows;
     e.frames = s.steps.frames;
+    if (decode_passes_) {
+      e.codec_passes = decode_passes_->passes();
+      e.codec_frames = decode_passes_->frames();
+    }
     return e;
   }
 
@@ -232,12 +236,13 @@ class DramaEngine final : public Engine {
   std::unique_ptr<Backend> codec_backend_;
   std::unique_ptr<Drama3Model> model_;
   std::unique_ptr<MimiModel> codec_;
-  // Every request's codec work (a frame's decode, a voice's encode) runs on the one codec backend
-  // from the request's own thread, one at a time: on CUDA that backend is one stream with one
+  // Every request's codec work (a pass of frames, a voice's encode) runs on the one codec backend
+  // from a request's thread, one at a time: on CUDA that backend is one stream with one
   // scratch area, and two requests' kernels interleaved there overwrite each other's partial
   // sums (the codec transformer's attention; found on the H200 by the lanes test, 2026-12-02).
   // The CPU backend runs one kernel at a time anyway, so no byte and little time changes there.
   std::mutex codec_mutex_;
+  std::unique_ptr<DecodePasses> decode_passes_;  // every request's frames, in shared passes
   std::string name_;
   std::unique_ptr<FrameScheduler> scheduler_;  // last: stopped first
 };

@@ -76,6 +76,8 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t backbone_rows = 0;  // rows through the backbone over all steps
   int64_t frames = 0;         // frames made over all steps
+  int64_t codec_passes = 0;   // codec decode passes (decode_passes.h)
+  int64_t codec_frames = 0;   // frames decoded by them
 };
 
 class Engine {

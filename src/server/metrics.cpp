@@ -95,7 +95,14 @@ std::string Metrics::render(const Gauges& g) const {
     << "drama_lane_occupancy "
     << (g.engine.steps && g.lanes ? double(g.engine.frames) / double(g.engine.steps) / g.lanes
                                   : 0.0)
-    << "\n";
+    << "\n"
+    << "# HELP drama_codec_passes_total Codec decode passes run (each decodes the frames of "
+       "every request that had one queued).\n"
+    << "# TYPE drama_codec_passes_total counter\n"
+    << "drama_codec_passes_total " << g.engine.codec_passes << "\n"
+    << "# HELP drama_codec_frames_total Frames decoded by the codec's passes.\n"
+    << "# TYPE drama_codec_frames_total counter\n"
+    << "drama_codec_frames_total " << g.engine.codec_frames << "\n";
   return o.str();
 }
 

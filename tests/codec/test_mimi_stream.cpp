@@ -4,6 +4,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "codec/mimi.h"
@@ -86,6 +89,86 @@ TEST_F(MimiStreamTest, RefusesBadCodes) {
   EXPECT_THROW(stream.decode_frame(std::vector<int32_t>(9, 0)), Error);  // > num_quantizers
   EXPECT_THROW(stream.decode_frame(std::vector<int32_t>{}), Error);
   EXPECT_EQ(stream.frames(), 0);
+}
+
+// Streams decoded together in one pass (MimiDecodeBatch) give each stream the samples of its own
+// decode, bit for bit: streams that start at different frames, batches whose members change from
+// pass to pass, fewer codebooks, on a backend that splits every loop across threads.
+TEST_F(MimiStreamTest, BatchedStreamsEqualEachAlone) {
+  const int64_t spf = model_->samples_per_frame();
+  for (int64_t k : {8, 3}) {
+    constexpr int64_t kStreams = 5, kFrames = 6;
+    std::vector<std::vector<int32_t>> codes;
+    std::vector<std::vector<float>> alone;
+    for (int64_t i = 0; i < kStreams; ++i) {
+      codes.push_back(testing::random_codes(kFrames, k, model_->codebook_size(), 40 + i));
+      alone.push_back(model_->decode(codes.back(), kFrames, k));
+    }
+    for (int threads : {1, 2}) {
+      auto backend = make_backend({"cpu", threads, 0.0});
+      MimiModel model(scratch_->path() / "codec", *backend);
+      MimiDecodeBatch batch(model);
+      std::vector<std::unique_ptr<MimiDecoderStream>> streams;
+      for (int64_t i = 0; i < kStreams; ++i)
+        streams.push_back(std::make_unique<MimiDecoderStream>(model));
+      std::vector<std::vector<float>> got(kStreams);
+      std::vector<int64_t> next(kStreams, 0);
+      // Pass p decodes the next frame of every stream i with i <= p whose (p + i) % 3 != 2, so
+      // stream i starts at pass i and streams skip passes: the batch changes every pass.
+      for (int64_t p = 0; p < 3 * kFrames + kStreams; ++p) {
+        std::vector<MimiDecoderStream*> members;
+        std::vector<std::span<const int32_t>> frames;
+        std::vector<std::vector<float>> pcm(kStreams);
+        std::vector<std::vector<float>*> outs;
+        std::vector<int64_t> who;
+        for (int64_t i = 0; i < kStreams; ++i) {
+          if (i > p || next[i] == kFrames || (p + i) % 3 == 2) continue;
+          members.push_back(streams[i].get());
+          frames.push_back(std::span(codes[i]).subspan(next[i] * k, k));
+          outs.push_back(&pcm[i]);
+          who.push_back(i);
+        }
+        if (members.empty()) continue;
+        batch.decode(members, frames, outs);
+        for (int64_t i : who) {
+          ASSERT_EQ(static_cast<int64_t>(pcm[i].size()), spf);
+          got[i].insert(got[i].end(), pcm[i].begin(), pcm[i].end());
+          ++next[i];
+        }
+      }
+      for (int64_t i = 0; i < kStreams; ++i) {
+        ASSERT_EQ(next[i], kFrames);
+        EXPECT_EQ(streams[i]->frames(), kFrames);
+        ASSERT_EQ(got[i].size(), alone[i].size());
+        EXPECT_EQ(0, std::memcmp(got[i].data(), alone[i].data(), got[i].size() * sizeof(float)))
+            << "stream " << i << ", " << k << " codebooks, " << threads << " threads";
+      }
+    }
+  }
+}
+
+// A pass with one bad frame, a repeated stream or frames of different codebook counts is
+// refused before any stream moves.
+TEST_F(MimiStreamTest, BatchRefusesBadPassesAndChangesNothing) {
+  MimiDecodeBatch batch(*model_);
+  MimiDecoderStream a(*model_), b(*model_);
+  std::vector<int32_t> good(8, 1), bad(8, 1), short_frame(3, 1);
+  bad[5] = static_cast<int32_t>(model_->codebook_size());
+  std::vector<float> pa, pb;
+  std::vector<MimiDecoderStream*> both{&a, &b}, twice{&a, &a};
+  std::vector<std::vector<float>*> outs{&pa, &pb};
+  std::vector<std::span<const int32_t>> one_bad{good, bad}, mixed{good, short_frame},
+      fine{good, good};
+  EXPECT_THROW(batch.decode(both, one_bad, outs), Error);
+  EXPECT_THROW(batch.decode(both, mixed, outs), Error);
+  EXPECT_THROW(batch.decode(twice, fine, outs), Error);
+  EXPECT_EQ(a.frames(), 0);
+  EXPECT_EQ(b.frames(), 0);
+  // Nothing moved: a pass now equals a fresh stream's first frame.
+  batch.decode(both, fine, outs);
+  MimiDecoderStream fresh(*model_);
+  EXPECT_EQ(pa, fresh.decode_frame(good));
+  EXPECT_EQ(pb, pa);
 }
 
 TEST_F(MimiStreamTest, EncodeFrameCount) {

@@ -156,6 +156,15 @@ TEST_F(ServeLanes, TwelveConcurrentRequestsOnFourLanesEqualOneAtATime) {
       const size_t at = metrics.find("\ndrama_lane_occupancy ");
       ASSERT_NE(at, std::string::npos);
       EXPECT_GT(std::atof(metrics.c_str() + at + 22), 0.25) << metrics;
+      // And the codec shared passes: frames of several requests decoded together (the bytes
+      // compared below are each request's own).
+      auto counter = [&](const std::string& name) {
+        const size_t c = metrics.find("\n" + name + " ");
+        return c == std::string::npos ? -1.0 : std::atof(metrics.c_str() + c + name.size() + 2);
+      };
+      const double passes = counter("drama_codec_passes_total");
+      EXPECT_GT(passes, 0) << metrics;
+      EXPECT_GT(counter("drama_codec_frames_total"), passes) << metrics;
       // Every lane is given back. The hung-up request can be the last to get a lane (12
       // requests, 4 lanes); its client returns once it has its bytes, and the server sees the
       // hang-up a frame or two later, on its own thread: in a -j2 run /health, read just after
