@@ -14,6 +14,11 @@ trap 'rm -rf "$tmp"' EXIT
   --json results/gemv-cpu.json >/dev/null
 "$drama" bench verify --size-gib 3 --tmp "$tmp" --json results/verify.json >/dev/null
 "$drama" bench codec --frames 25 --threads 1 --json results/codec-cpu.json >/dev/null
+# The bundled codec in shared passes of 1-40 streams (what `drama serve` decodes per pass).
+if [ -f models/drama-mini/manifest.json ]; then
+  "$drama" bench codec --weights drama-mini --frames 100 --threads 1 --streams 1,2,4,8,16,40 \
+    --json results/codec-passes-cpu.json >/dev/null
+fi
 # Decode: six settings, each with the process's peak resident memory beside the file size:
 # paired and single, weights in memory (the default) at 1 and 2 threads, and mapped (--mmap) at 1.
 for cfg in paired single; do

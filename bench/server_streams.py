@@ -98,7 +98,10 @@ def concurrent_streams(a, n):
             "underrun_max_s": max((r["underrun_s"] for r in done), default=0),
             "ttfa_median_s": ttfa[len(ttfa) // 2] if ttfa else 0, "ttfa_max_s": ttfa[-1] if ttfa else 0,
             "server_cores_busy": cores_busy,
-            "frames_per_step": float(metrics["drama_engine_frames_total"]) / float(metrics["drama_engine_steps_total"])}
+            "frames_per_step": float(metrics["drama_engine_frames_total"]) / float(metrics["drama_engine_steps_total"]),
+            "codec_frames_per_pass": (float(metrics["drama_codec_frames_total"]) /
+                                      max(1.0, float(metrics["drama_codec_passes_total"])))
+            if "drama_codec_passes_total" in metrics else None}
 
 
 def model_alone(a, n):
@@ -143,7 +146,7 @@ def main():
         "most_streams_faster_than_real_time": max(passing, default=0),
         "runs": rows,
         "note": "rtf = a stream's audio seconds / seconds from its first to its last byte; all streams "
-                "start at once; server_cores_busy: the server's CPU seconds per second while they ran; frames_per_step: the sessions the model advanced per step (its /metrics, warm-up included); model_alone is drama bench decode --lanes N (no codec, no HTTP) in "
+                "start at once; server_cores_busy: the server's CPU seconds per second while they ran; frames_per_step: the sessions the model advanced per step (its /metrics, warm-up included); codec_frames_per_pass: the frames the codec decoded together per pass (its /metrics; none before the passes existed); model_alone is drama bench decode --lanes N (no codec, no HTTP) in "
                 "the same run, the ceiling; underrun_max_s: the most a chunk came after a zero-buffer "
                 "player started at the first byte needed it",
     }

@@ -4,12 +4,16 @@
 // (verified, as every command loads it). Real-time factor = audio seconds / compute seconds.
 // The ceiling measured in the same run is the backend's conv1d rate on a large convolution, with
 // the decoder's arithmetic per frame, so the achieved rate can be read against it.
+// --streams N,...: N streams decoded in shared passes (MimiDecodeBatch, what `drama serve` does
+// with the frames of requests that arrive together), CPU time per stream-frame beside one
+// stream's, each stream's samples checked equal to the stream decoded alone.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -37,6 +41,7 @@ struct CodecBenchOptions {
   std::string backend = "cpu";
   std::string weights;  // empty: the random codec at the Mimi geometry
   std::string json;
+  std::vector<int64_t> streams = {1, 8, 32};
 };
 
 double seconds_since(Clock::time_point t0) {
@@ -166,6 +171,44 @@ int run_codec_bench(const CodecBenchOptions& o) {
   }
   const double transformer_cpu = cpu_seconds() - c0;
 
+  // Streams in shared passes: every stream decodes the same codes, so each must give `all`.
+  nlohmann::json passes = nlohmann::json::array();
+  double one_stream_ms = 0;
+  for (int64_t n : o.streams) {
+    if (n < 1) throw UsageError("--streams takes positive counts.");
+    MimiDecodeBatch batch(model);
+    std::vector<std::unique_ptr<MimiDecoderStream>> owned;
+    std::vector<MimiDecoderStream*> streams;
+    std::vector<std::vector<float>> out(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+    std::vector<std::vector<float>*> outs;
+    for (int64_t i = 0; i < n; ++i) {
+      owned.push_back(std::make_unique<MimiDecoderStream>(model));
+      streams.push_back(owned.back().get());
+      outs.push_back(&out[static_cast<size_t>(i)]);
+    }
+    std::vector<std::span<const int32_t>> frame(static_cast<size_t>(n));
+    double cpu = 0;
+    for (int64_t f = 0; f < o.frames; ++f) {
+      for (auto& c : frame) c = std::span(codes).subspan(f * k, k);
+      const double cf = cpu_seconds();
+      batch.decode(streams, frame, outs);
+      cpu += cpu_seconds() - cf;
+      for (int64_t i = 0; i < n; ++i)
+        got[static_cast<size_t>(i)].insert(got[static_cast<size_t>(i)].end(),
+                                           out[static_cast<size_t>(i)].begin(),
+                                           out[static_cast<size_t>(i)].end());
+    }
+    bool equal = true;
+    for (const auto& g : got) equal = equal && g == all;
+    const double ms = 1e3 * cpu / static_cast<double>(o.frames * n);
+    if (n == 1) one_stream_ms = ms;
+    passes.push_back({{"streams", n},
+                      {"cpu_ms_per_stream_frame", ms},
+                      {"real_time_streams_cpu", 1e3 / model.frame_rate() / ms},
+                      {"speedup_vs_one_stream", one_stream_ms > 0 ? one_stream_ms / ms : 0.0},
+                      {"each_equals_alone", equal}});
+  }
+
   const double flops = decoder_flops_per_frame(model);
   nlohmann::json j;
   j["bench"] = "codec";
@@ -205,6 +248,7 @@ int run_codec_bench(const CodecBenchOptions& o) {
   j["machine_load_note"] =
       "wall-clock figures include waiting for a core on a shared machine; *_cpu figures do not";
   j["streamed_equals_whole"] = (all == whole);
+  j["shared_passes"] = passes;
   const std::string text = j.dump(2);
   std::printf("%s\n", text.c_str());
   if (!o.json.empty()) write_text_file_atomic(o.json, text + "\n");
@@ -223,6 +267,10 @@ void register_bench_codec(CLI::App& bench, std::function<int()>& run) {
   sub->add_option("--weights", o->weights,
                   "a shipped checkpoint's codec (e.g. drama-mini), verified; default: a random "
                   "codec at the Mimi geometry");
+  sub->add_option("--streams", o->streams,
+                  "stream counts decoded in shared passes (default 1,8,32; 1 first gives the "
+                  "speedup)")
+      ->delimiter(',');
   sub->add_option("--json", o->json, "also write the JSON here");
   sub->callback([&run, o] { run = [o] { return run_codec_bench(*o); }; });
 }
