@@ -13,7 +13,7 @@
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
 # DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench lanes torch ncu
-# http say e2e threads health"; the machine facts always run; torch needs bench's receipt), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
+# http say e2e codec threads health"; the machine facts always run; torch needs bench's receipt), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
 # timing call. DRAMA_STEP_ROWS: the backbone step's row counts beyond 1 and 2 (default 8,32,64);
 # DRAMA_LANES_CORES (a lane list): the lanes search also with DRAMA_CUDA_LINEAR=cores, side by side.
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
@@ -27,7 +27,7 @@ drama=$here/bundle/drama
 tmp=$(mktemp -d)
 export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
-sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench lanes torch ncu http say e2e threads health}
+sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench lanes torch ncu http say e2e codec threads health}
 want() { [[ " $sections " == *" $1 "* ]]; }
 # The cpu-bench checkpoint (configs/cpu-bench.json, random weights) in $ck, made once per run:
 # 1.8 GB, too big to carry.
@@ -264,6 +264,21 @@ PY
     timeout 240 python3 "$here/server_latency.py" --drama "$drama" --checkpoint "$mini" \
       --frames 125 --backend cuda --json "$out/latency-drama-mini-h200.json" | tail -22
     echo "latency drama-mini exit ${PIPESTATUS[0]}"
+  fi
+  fi
+  if want codec; then
+  section "codec in shared passes on CUDA (bench codec --streams; each stream checked against it alone)"
+  # The real Mimi geometry (random codec), then the bundled drama-mini's codec.
+  timeout 120 "$drama" bench codec --backend cuda --frames 50 --streams 1,2,8,32,64 \
+    --json "$out/codec-passes-mimi-h200.json" | grep -A40 shared_passes | head -45
+  echo "codec passes mimi exit ${PIPESTATUS[0]}"
+  mini=$here/models/drama-mini
+  [ -d "$mini" ] || mini=$here/../../models/drama-mini
+  if [ -d "$mini" ]; then
+    DRAMA_MODELS_DIR=$(dirname "$mini") timeout 120 "$drama" bench codec --backend cuda \
+      --weights drama-mini --frames 100 --streams 1,2,8,32,64 \
+      --json "$out/codec-passes-h200.json" | grep -A40 shared_passes | head -45
+    echo "codec passes drama-mini exit ${PIPESTATUS[0]}"
   fi
   fi
   if want threads; then
