@@ -65,6 +65,12 @@ def streamed_request(base, text, seed, seconds):
     return first, time.perf_counter() - t0, total
 
 
+def cpu_model():
+    """The CPU's model name from /proc/cpuinfo (receipts name the machine by it; bench/server_streams.py also)."""
+    with open("/proc/cpuinfo") as f:
+        return next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+
+
 def write_receipt(receipt, path):
     """Prints the receipt and, with a path, writes it there too (bench/server_streams.py also)."""
     text_out = json.dumps(receipt, indent=1)
@@ -116,7 +122,7 @@ def main():
     receipt = {
         "bench": "server-latency",
         "date": datetime.date.today().isoformat(),
-        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), ""),
+        "cpu": cpu_model(),
         "settings": {"text_chars": len(text), "seed": seed, "frames": a.frames, "guidance": "none (no voice)",
                      "response_format": "pcm", "stream": True, "threads": a.threads, "backend": a.backend,
                      "weights": "in memory (the default)",

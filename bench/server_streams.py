@@ -28,7 +28,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from server_latency import checkpoint_label, start_server, write_receipt  # noqa: E402
+from server_latency import checkpoint_label, cpu_model, start_server, write_receipt  # noqa: E402
 
 RATE = 24000
 TEXT = ("The old man walked slowly along the quiet road toward the small village, where the "
@@ -138,7 +138,7 @@ def main():
     receipt = {
         "bench": "server-streams",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), ""),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "settings": {"text_chars": len(TEXT), "seeds": "100 + stream index", "voice": "a built-in voice (guided, paired)",
                      "response_format": "pcm", "stream": True, "threads": a.threads, "backend": "cpu",
