@@ -2,7 +2,7 @@
 
     python3 tools/eval/evaluate.py --corpus DIR --voices SPK,... [--sentences 300]
         [--gammas 1.5,1] [--wer-gammas 1.5] [--drama build/drama] [--model-args "--checkpoint D --manifest M"]
-        [--max-frames 150] [--seed 1] [--jobs 2] [--work DIR] [--json OUT]
+        [--max-duration 12] [--seed 1] [--jobs 2] [--work DIR] [--json OUT]
 
 DIR is a corpus (tools/corpus/synth.py) holding, for every speaker in --voices, the held-out
 sentences said the same way (synth.py --heldout-per-speaker N+1 --heldout-same), and training
@@ -65,7 +65,9 @@ def main(argv=None):
                         "others are only classified (pocketsphinx is the slow part: ~2 s an item)")
     p.add_argument("--drama", default="build/drama")
     p.add_argument("--model-args", default="", help="weight options for drama say / voice write")
-    p.add_argument("--max-frames", type=int, default=150)
+    p.add_argument("--max-duration", type=float, default=12,
+                   help="most seconds per output (drama say --max-duration; the frames"
+                   " follow the model's frame rate)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--classifier-per-speaker", type=int, default=40)
@@ -107,7 +109,7 @@ def main(argv=None):
             for i in targets:
                 out = os.path.join(folder, i + ".wav")
                 cmd = [args.drama, "say", text[i], "-o", out, "--seed", str(args.seed),
-                       "--max-frames", str(args.max_frames), "--threads", "1"] + model_args
+                       "--max-duration", f"{args.max_duration:g}", "--threads", "1"] + model_args
                 if cond != "none":
                     cmd += ["--voice", os.path.join(args.work, "voices", cond + ".voice"),
                             "--gamma", str(gamma)]
@@ -126,7 +128,7 @@ def main(argv=None):
               "settings": {"sentences": len(targets), "reference_sentence": reference_id,
                            "voices": voices, "gammas": gammas, "wer_gammas": wer_gammas,
                            "seed": args.seed,
-                           "max_frames": args.max_frames, "model_args": args.model_args},
+                           "max_duration_s": args.max_duration, "model_args": args.model_args},
               "wer": {}, "source_wer": {}, "cloning": {}}
     for c, g in sorted({(c, g) for c, g, _, _, _ in recognised}):
         result["wer"][f"{c} gamma {g:g}" if c != "none" else "no voice"] = round(
