@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The training receipt (results/train-drama-mini.json) from a training state folder.
 
-    tools/train/receipt.py WORK OUT_JSON [--note TEXT ...]
+    tools/train/receipt.py WORK OUT_JSON [--recipe RECIPE] [--note TEXT ...]
 
 Reads WORK/progress.json and each stage's losses.tsv (codec/, model/; model/heldout.tsv, the
 held-out losses, whole, and the step exported) and writes, per stage, the
@@ -37,9 +37,11 @@ def main():
     ap.add_argument("work")
     ap.add_argument("out")
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--recipe", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "recipe.json"),
+                    help="the recipe trained (its steps are each stage's steps_planned)")
     args = ap.parse_args()
     progress = json.load(open(os.path.join(args.work, "progress.json")))
-    recipe = json.load(open(os.path.join(os.path.dirname(__file__), "recipe.json")))
+    recipe = json.load(open(args.recipe))
     receipt = {"bench": "train-drama-mini", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "device": progress.get("device"), "torch": progress.get("torch"),
                "done": progress.get("done", []), "stages": {}, "notes": args.note}

@@ -441,7 +441,9 @@ class Pipeline(unittest.TestCase):
             export = os.path.join(work, "export")
             reference = drama3.Drama3(export)  # the reference loads it
             self.assertEqual(reference.frontend, "espeak-ipa")
-            if DRAMA:
+            if DRAMA:  # the export's own manifest pins it as drama would (train.write_manifest)
+                subprocess.run([DRAMA, "verify", export, "--manifest", os.path.join(export, "manifest.json")],
+                               check=True, capture_output=True)
                 quantized = os.path.join(tmp, "nvfp4")
                 subprocess.run([DRAMA, "quantize", export, quantized], check=True, capture_output=True)
                 wav = os.path.join(tmp, "out.wav")

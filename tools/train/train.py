@@ -18,6 +18,7 @@ batch is drawn from a generator seeded by (seed, step), whatever the chunking.""
 
 import argparse
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -597,7 +598,8 @@ def model_trainer(config, seed, r, device, graphed):
 
 def export(args, config, recipe, out_dir):
     """BF16 checkpoint directory (spec section 2): config.json, shards of at most 16 MiB with
-    model.safetensors.index.json, codec/config.json + codec/model.safetensors (float32). Then,
+    model.safetensors.index.json, codec/config.json + codec/model.safetensors (float32), and its
+    manifest.json (write_manifest). Then,
     where drama is built: `drama quantize OUT OUT-nvfp4` writes the NVFP4 checkpoint + manifest."""
     # The weights of the lowest held-out loss where the stage kept them (HeldoutMonitor), else
     # the last ones.
@@ -642,8 +644,34 @@ def export(args, config, recipe, out_dir):
         json.dump(codec_config, f, indent=2)
     safetensors_io.save(os.path.join(tmp, "codec", "model.safetensors"),
                         {n: t.float().contiguous() for n, t in codec.tensors().items()}, {"format": "pt"})
+    write_manifest(tmp, "drama-mini-bf16")
     os.rename(tmp, out_dir)
     return True
+
+
+def write_manifest(folder, name):
+    """folder/manifest.json over every file in it, as drama pins the checkpoints it writes
+    (src/format/manifest.h, pin_local_checkpoint): files sorted by path with sha256 and size, the
+    revision the first 40 hex digits of SHA-256 over one "path sha256\n" line per file. So the
+    BF16 export runs in `drama say --checkpoint DIR --manifest DIR/manifest.json` as it is (the
+    NVFP4 vs BF16 evaluation, docs/training.md) and `drama quantize` reads a verified input."""
+    files = []
+    for top, _, names in os.walk(folder):
+        for n in names:
+            path = os.path.relpath(os.path.join(top, n), folder).replace(os.sep, "/")
+            if path != "manifest.json":
+                digest = hashlib.sha256()
+                with open(os.path.join(top, n), "rb") as f:
+                    for block in iter(lambda: f.read(1 << 20), b""):
+                        digest.update(block)
+                files.append({"path": path, "sha256": digest.hexdigest(),
+                              "size": os.path.getsize(os.path.join(top, n))})
+    files.sort(key=lambda e: e["path"].encode())
+    lines = "".join(f"{e['path']} {e['sha256']}\n" for e in files)
+    manifest = {"files": files, "name": name, "repo": "local/" + name,
+                "revision": hashlib.sha256(lines.encode()).hexdigest()[:40], "weights": name}
+    with open(os.path.join(folder, "manifest.json"), "w") as f:
+        f.write(json.dumps(manifest, indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------
