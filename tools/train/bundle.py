@@ -8,8 +8,9 @@
 1. `train.py export --work WORK` (BF16) into a temporary sibling of OUT_DIR;
 2. `drama quantize` to NVFP4, manifest named drama-mini with weights "drama-mini" (the pinned
    manifest the engine verifies the bundled model against, src/engine/launcher.h);
-3. one built-in voice per listed corpus speaker, its id the speaker id, from the speaker's first
-   held-out recording (smallest sentence id, as tools/eval/evaluate.py picks its reference):
+3. one built-in voice per listed corpus speaker, its id the speaker id, from the speaker's
+   held-out recording of the smallest sentence id all of them recorded (as tools/eval/evaluate.py
+   picks its reference; the evaluation's corpus, made with synth.py --heldout-same):
    `drama voice write REF --transcript TEXT --into DIR --id SPK --backend cpu`, each re-pinning
    DIR/manifest.json (so the last one is the final manifest);
 4. `drama verify` against that manifest, refusal if the directory exceeds --max-mib, then the
@@ -38,18 +39,26 @@ def run(cmd, what):
 
 
 def references(corpus, speakers):
-    """{speaker: (wav path, transcript)} from corpus.tsv: each speaker's held-out row with the
-    smallest sentence id."""
-    best = {}
+    """{speaker: (wav path, transcript)} from corpus.tsv: every speaker's held-out recording of
+    the smallest sentence id that all of them recorded, as tools/eval/evaluate.py picks its
+    voices' reference, so the evaluation measures the voices shipped (a corpus made with
+    `synth.py --heldout-same`). Each speaker's own smallest id was taken until 2026-12-04, and a
+    corpus without --heldout-same then gave built-in voices from other sentences than the
+    evaluated ones (docs/training.md)."""
+    rows = {}
     with open(os.path.join(corpus, "corpus.tsv"), newline="") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            s = row["speaker"]
-            if row["split"] == "heldout" and s in speakers and (s not in best or row["sentence"] < best[s]["sentence"]):
-                best[s] = row
-    missing = [s for s in speakers if s not in best]
+            if row["split"] == "heldout" and row["speaker"] in speakers:
+                rows.setdefault(row["speaker"], {})[row["sentence"]] = row
+    missing = [s for s in speakers if s not in rows]
     if missing:
         raise SystemExit(f"bundle: {corpus}/corpus.tsv has no held-out recording of {', '.join(missing)}")
-    return {s: (os.path.join(corpus, best[s]["path"]), best[s]["text"]) for s in speakers}
+    common = set.intersection(*(set(rows[s]) for s in speakers))
+    if not common:
+        raise SystemExit(f"bundle: {corpus}/corpus.tsv has no held-out sentence that every voice recorded "
+                         "(synthesize the corpus with tools/corpus/synth.py --heldout-same)")
+    first = min(common)
+    return {s: (os.path.join(corpus, rows[s][first]["path"]), rows[s][first]["text"]) for s in speakers}
 
 
 def directory_bytes(folder):

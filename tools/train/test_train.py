@@ -501,6 +501,30 @@ class Pipeline(unittest.TestCase):
         self.assertEqual(outputs[0], outputs[1])
 
 
+class BundleReferences(unittest.TestCase):
+    def test_voices_come_from_the_sentence_the_evaluation_uses(self):
+        """bundle.references takes the smallest held-out sentence every voice recorded (as
+        tools/eval/evaluate.py's reference), not each speaker's own smallest, and refuses a corpus
+        whose voices share none."""
+        with tempfile.TemporaryDirectory() as tmp:
+            def corpus(rows):
+                with open(os.path.join(tmp, "corpus.tsv"), "w") as f:
+                    f.write("speaker\tsentence\tsplit\tseconds\tpath\ttext\n")
+                    for spk, sid, split in rows:
+                        f.write(f"{spk}\t{sid}\t{split}\t1.0\twav/{spk}-{sid}.wav\ttext {sid}\n")
+            corpus([("a", "01", "heldout"), ("a", "05", "heldout"), ("b", "02", "heldout"),
+                    ("b", "05", "heldout"), ("b", "00", "train"), ("c", "00", "heldout")])
+            refs = bundle.references(tmp, ["a", "b"])
+            self.assertEqual(refs["a"], (os.path.join(tmp, "wav/a-05.wav"), "text 05"))
+            self.assertEqual(refs["b"], (os.path.join(tmp, "wav/b-05.wav"), "text 05"))
+            with self.assertRaises(SystemExit) as none_shared:
+                bundle.references(tmp, ["a", "c"])
+            self.assertIn("--heldout-same", str(none_shared.exception))
+            with self.assertRaises(SystemExit) as missing:
+                bundle.references(tmp, ["a", "d"])
+            self.assertIn("no held-out recording of d", str(missing.exception))
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     unittest.main()
