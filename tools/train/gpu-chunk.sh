@@ -12,9 +12,9 @@
 # a fresh machine starts from resume/ (no moments: the stage warms its learning rate up again).
 # The chunk unpacks the .deb files, synthesizes the corpus where a stage still needs audio
 # (/tmp/drama-corpus, kept while the machine is warm), runs `tools/train/train.py next` for
-# DRAMA_TRAIN_MINUTES (default 8; or DRAMA_TRAIN_SECONDS) and writes the new state without optimizer moments as
-# $OUT/work.tar.NN (pieces of 16 MiB: the device tool returns at most 8 files, 2 folders deep),
-# plus progress.json, train.log and nvidia-smi's line (device.txt). Here, afterwards:
+# DRAMA_TRAIN_MINUTES (default 8) or DRAMA_TRAIN_SECONDS (two chunks in one call) and writes the
+# new state without optimizer moments as $OUT/work.tar.NN (pieces of 16 MiB: the device tool
+# returns at most 8 files, 2 folders deep), plus progress.json, train.log and nvidia-smi's line (device.txt). Here, afterwards:
 #   tools/train/take-chunk.sh FILES_AT      (unpacks the state into train-carry/resume)
 # Carry during the model stage (train-carry/debs is no longer needed, the codec state stays here):
 #   ["train-carry/resume/model", "train-carry/resume/progress.json"] on the warm machine that made
@@ -36,7 +36,6 @@ corpus="${DRAMA_CORPUS_DIR:-/tmp/drama-corpus}"
 # comparison, docs/training.md); run 3, the bundled model, was drama-mini.json + recipe.json.
 recipe="${DRAMA_TRAIN_RECIPE:-tools/train/recipe-25.json}"
 work="$carry/work"
-# DRAMA_TRAIN_SECONDS, where set, is the chunk's budget in seconds (two chunks in one call)
 seconds="${DRAMA_TRAIN_SECONDS:-$(( ${DRAMA_TRAIN_MINUTES:-8} * 60 ))}"
 device="${DRAMA_TRAIN_DEVICE:-cuda}"
 config="${DRAMA_TRAIN_CONFIG:-tools/train/drama-mini-25.json}"

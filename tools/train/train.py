@@ -654,7 +654,8 @@ def write_manifest(folder, name):
     (src/format/manifest.h, pin_local_checkpoint): files sorted by path with sha256 and size, the
     revision the first 40 hex digits of SHA-256 over one "path sha256\n" line per file. So the
     BF16 export runs in `drama say --checkpoint DIR --manifest DIR/manifest.json` as it is (the
-    NVFP4 vs BF16 evaluation, docs/training.md) and `drama quantize` reads a verified input."""
+    NVFP4 vs BF16 evaluation, docs/training.md). drama has no command that pins a directory it
+    did not write, hence this copy of the rule; test_train.py checks it with `drama verify`."""
     files = []
     for top, _, names in os.walk(folder):
         for n in names:
