@@ -12,10 +12,12 @@
 # folders up, where DIR is out/gpu of a checkout).
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
-# DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench lanes torch ncu
+# DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench baseline lanes torch ncu
 # http say e2e codec threads health"; the machine facts always run; torch needs bench's receipt), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
 # timing call. DRAMA_STEP_ROWS: the backbone step's row counts beyond 1 and 2 (default 8,32,64);
-# DRAMA_LANES_CORES (a lane list): the lanes search also with DRAMA_CUDA_LINEAR=cores, side by side.
+# DRAMA_LANES_CORES (a lane list): the lanes search also with DRAMA_CUDA_LINEAR=cores, side by side;
+# DRAMA_LANES_ATTENTION_V1 and DRAMA_LANES_V3 the same with DRAMA_CUDA_ATTENTION=v1 and
+# DRAMA_CUDA_EXPERTS=v3; DRAMA_LANES_BASELINE with bundle/drama-baseline (the code before a change).
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
 set -u
@@ -27,7 +29,7 @@ drama=$here/bundle/drama
 tmp=$(mktemp -d)
 export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
-sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench lanes torch ncu http say e2e codec threads health}
+sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench baseline lanes torch ncu http say e2e codec threads health}
 want() { [[ " $sections " == *" $1 "* ]]; }
 # The cpu-bench checkpoint (configs/cpu-bench.json, random weights) in $ck, made once per run:
 # 1.8 GB, too big to carry.
@@ -58,6 +60,9 @@ cpu_bench_checkpoint() {
   section "contract --backend cuda"
   timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
   echo "contract exit $?"
+  section "contract --backend cuda, attention v1 (DRAMA_CUDA_ATTENTION=v1)"
+  DRAMA_CUDA_ATTENTION=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-attention-v1-h200.json" | tail -3
+  echo "contract attention v1 exit ${PIPESTATUS[0]}"
   for v in ${DRAMA_ALT_EXPERTS:-v1}; do
   section "contract --backend cuda, grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
   DRAMA_CUDA_EXPERTS=$v timeout 400 "$drama" contract --backend cuda --json "$out/contract-$v-h200.json" | tail -3
@@ -110,6 +115,26 @@ for case in ("rows1", "rows2_shared", "rows2_disjoint"):
                       "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
 PY
   fi
+  if want baseline; then
+  section "baseline binary (bundle/drama-baseline: the code before this change), same bench, same call"
+  if [ -x "$here/bundle/drama-baseline" ]; then
+    timeout 300 "$here/bundle/drama-baseline" bench decode --backend cuda \
+      --synthetic "$here/configs/bench-30b-a3b.json" --frames 10 --repeats 5 \
+      --step-rows ${DRAMA_STEP_ROWS:-8,32,64} --json "$out/decode-baseline-h200.json" >/dev/null
+    echo "baseline bench exit $?"
+    python3 - "$out/decode-baseline-h200.json" "$out/decode-h200.json" <<'PY' || true
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+for k, v in a["backbone_step"].items():
+    w = b["backbone_step"].get(k)
+    if w:
+        print("%-40s baseline %8.3f ms  now %8.3f ms  x%.3f" % (k, v["per_step_ms"], w["per_step_ms"],
+                                                             v["per_step_ms"] / w["per_step_ms"]))
+PY
+  else
+    echo "no baseline binary bundled"
+  fi
+  fi
   if want lanes; then
   section "lanes: bench-30b-a3b sessions on synthetic weights, paired (the whole model but the codec)"
   # Context 256 positions per branch (a 25-frame voice, the text, the frames of a pass) keeps 2 x
@@ -121,7 +146,7 @@ PY
   lanes_search() {
     local seconds=$1 lanes=$2 json=$3
     shift 3
-    env "$@" timeout "$seconds" "$drama" bench decode --backend cuda \
+    env "$@" timeout "$seconds" "${lanes_bin:-$drama}" bench decode --backend cuda \
       --synthetic "$here/configs/bench-30b-a3b.json" --lanes "$lanes" --stop-below-real-time \
       --context 256 --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
       --json "$out/$json" >/dev/null
@@ -134,11 +159,23 @@ PY
     lanes_search 300 "$DRAMA_LANES_V2" lanes-v2-h200.json DRAMA_CUDA_EXPERTS=v2
     echo "lanes (experts v2) exit $?"
   fi
+  if [ -n "${DRAMA_LANES_ATTENTION_V1:-}" ]; then
+    lanes_search 300 "$DRAMA_LANES_ATTENTION_V1" lanes-attention-v1-h200.json DRAMA_CUDA_ATTENTION=v1
+    echo "lanes (attention v1) exit $?"
+  fi
+  if [ -n "${DRAMA_LANES_BASELINE:-}" ] && [ -x "$here/bundle/drama-baseline" ]; then
+    lanes_bin=$here/bundle/drama-baseline lanes_search 300 "$DRAMA_LANES_BASELINE" lanes-baseline-h200.json
+    echo "lanes (baseline binary) exit $?"
+  fi
+  if [ -n "${DRAMA_LANES_V3:-}" ]; then
+    lanes_search 300 "$DRAMA_LANES_V3" lanes-v3-h200.json DRAMA_CUDA_EXPERTS=v3
+    echo "lanes (experts v3) exit $?"
+  fi
   if [ -n "${DRAMA_LANES_CORES:-}" ]; then
     lanes_search 300 "$DRAMA_LANES_CORES" lanes-cores-h200.json DRAMA_CUDA_LINEAR=cores
     echo "lanes (CUDA-core BF16 products) exit $?"
   fi
-  for lanes_json in "$out/lanes-h200.json" "$out/lanes-v2-h200.json" "$out/lanes-cores-h200.json"; do
+  for lanes_json in "$out"/lanes-*h200.json; do
   [ -f "$lanes_json" ] || continue
   echo "$(basename "$lanes_json"):"
   python3 - "$lanes_json" <<'PY' || true
@@ -201,7 +238,7 @@ PY
     for v in ${DRAMA_NCU_VERSIONS:-v1 v2}; do
       echo "-- one row, DRAMA_CUDA_EXPERTS=$v"
       DRAMA_CUDA_EXPERTS=$v timeout 150 "$ncu" --clock-control none \
-        -k regex:'moe_|attention_split|route_topk' --launch-skip 480 -c 5 \
+        -k regex:'moe_|attention|route_topk' --launch-skip 480 -c 5 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
         --section Occupancy --section WarpStateStats --section InstructionStats \
         --section ComputeWorkloadAnalysis --section SchedulerStats \
@@ -209,7 +246,7 @@ PY
         "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
         --frames 1 --repeats 1 >"$out/ncu-rows1-$v.txt" 2>&1
       echo "ncu $v exit $?"
-      grep -E "moe_|attention_split|route_topk|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Stall|stall" "$out/ncu-rows1-$v.txt" | head -60
+      grep -E "moe_|attention|route_topk|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Occupancy|Stall|stall" "$out/ncu-rows1-$v.txt" | head -60
     done
   else
     echo "no ncu"
@@ -226,7 +263,10 @@ machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-
 machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
 for name in ("contract-h200.json", "contract-v1-h200.json", "contract-v2-h200.json",
              "contract-v3-h200.json", "decode-h200.json", "lanes-h200.json", "lanes-v2-h200.json",
-             "lanes-cores-h200.json", "decode-vs-torch-h200.json"):
+             "lanes-cores-h200.json", "lanes-attention-v1-h200.json", "lanes-v3-h200.json",
+             "decode-baseline-h200.json", "contract-attention-v1-h200.json",
+             "lanes-baseline-h200.json",
+             "decode-vs-torch-h200.json"):
     path = os.path.join(sys.argv[1], name)
     if os.path.exists(path):
         j = json.load(open(path))

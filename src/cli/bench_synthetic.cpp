@@ -301,7 +301,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // version's also as captured work (a CUDA graph: the frame step's form; on the CPU the same).
   // On CUDA the graphs also run with programmatic dependent launch off (names ending _no_pdl),
   // beside the default (on unless DRAMA_CUDA_PDL=0), and with the other BF16 product kernel
-  // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor).
+  // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor)
+  // and with the other attention kernel (DRAMA_CUDA_ATTENTION: names ending _attention_v1/_v2).
   // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N.
   struct StepRun {
     int version;
@@ -309,6 +310,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     bool captured;
     bool no_pdl;
     bool other_linear = false;
+    bool other_attention = false;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
@@ -318,14 +320,18 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #ifdef DRAMA_WITH_CUDA
   const bool pdl_default = on_cuda && cuda::set_programmatic_launch(b, true);
   bool tensor_default = false;
+  int attention_default = 0;
   if (on_cuda) {
     cuda::set_programmatic_launch(b, pdl_default);
     tensor_default = cuda::set_tensor_linear(b, true);
     cuda::set_tensor_linear(b, tensor_default);
+    attention_default = cuda::set_attention_version(b, 2);
+    cuda::set_attention_version(b, attention_default);
     if (pdl_default)
       for (const int64_t rows : {int64_t{1}, int64_t{2}})
         step_runs.push_back({0, rows, true, true});
     for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, true});
+    for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, false, true});
   }
 #endif
   auto rows_name = [](int64_t rows) {
@@ -367,6 +373,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     if (on_cuda) {
       cuda::set_programmatic_launch(b, run.no_pdl ? false : pdl_default);
       cuda::set_tensor_linear(b, run.other_linear ? !tensor_default : tensor_default);
+      cuda::set_attention_version(b,
+                                  run.other_attention ? 3 - attention_default : attention_default);
     }
 #endif
     const RowTables tables = step_tables(rows);
@@ -411,6 +419,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     std::string other_linear;
 #ifdef DRAMA_WITH_CUDA
     if (run.other_linear) other_linear = tensor_default ? "_linear_cores" : "_linear_tensor";
+    if (run.other_attention) other_linear = "_attention_v" + std::to_string(3 - attention_default);
 #endif
     nlohmann::json& row =
         results[rows_name(rows) + suffix(version, "_experts_v") + (captured ? "_graph" : "") +
@@ -438,6 +447,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   if (on_cuda) {
     cuda::set_programmatic_launch(b, pdl_default);
     cuda::set_tensor_linear(b, tensor_default);
+    cuda::set_attention_version(b, attention_default);
   }
 #endif
   // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):

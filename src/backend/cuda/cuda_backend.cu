@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_experts.h"
 #include "backend/cuda/linear.cuh"
@@ -197,6 +198,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // The BF16 product kernel is chosen process-wide (linear.cuh); a bad DRAMA_CUDA_LINEAR is
   // refused here, with the backend.
   check_linear_environment();
+  check_attention_environment();
 }
 
 CudaBackend::~CudaBackend() {
@@ -377,6 +379,14 @@ bool set_programmatic_launch(Backend& backend, bool on) {
     g_pdl.store(on, std::memory_order_relaxed);
     cuda.forget_captured();  // graphs captured the launches as they were
   }
+  return before;
+}
+
+int set_attention_version(Backend& backend, int version) {
+  CudaBackend& cuda = cuda_of(backend);
+  cuda.synchronize();
+  const int before = set_attention_version_flag(version);
+  if (before != version) cuda.forget_captured();  // graphs captured the other kernel's launches
   return before;
 }
 

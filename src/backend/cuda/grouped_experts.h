@@ -47,6 +47,12 @@ bool set_programmatic_launch(Backend& backend, bool on);
 // `backend` is not the CUDA backend.
 bool set_tensor_linear(Backend& backend, bool on);
 
+// Switches the attention kernel of every CUDA backend of the process between version 2 (the query
+// heads of a KV head sharing its cache reads, the default) and version 1 (a block per query head:
+// DRAMA_CUDA_ATTENTION=v1), drops `backend`'s captured graphs, and returns the previous version.
+// Throws drama::Error when `backend` is not the CUDA backend or the version is neither.
+int set_attention_version(Backend& backend, int version);
+
 // Each kernel `work` launches on `backend` (not captured; launched as it comes), timed alone with
 // device events in launch order: a spinning kernel holds the stream while the host queues the
 // next launch, so a time is that kernel's own execution, without launch latency or the gaps

@@ -183,22 +183,29 @@ __device__ __forceinline__ void store_down(const MoeLayout& m, int64_t at, int64
   out[(r * out_slots + j) * hidden + o] = v;
 }
 
-// One block: counts per stored expert in shared memory, then warp 0 scans them (lane l owns a
-// contiguous run of experts) into start[] and the list of chosen experts, then each expert's
-// pairs are written in increasing pair order (row, then rank).
+// One block: counts per stored expert in shared memory (integer atomics: the same counts in any
+// order), then warp 0 scans them (lane l owns a contiguous run of experts) into start[] and the
+// list of chosen experts, then warp 0 places the pairs 32 at a time in increasing pair order: a
+// pair's place in its expert's run is the run's fill so far plus the lanes before it in the same
+// 32 that chose the same expert (__match_any_sync). So each expert's pairs stay in increasing pair
+// order (row, then rank), as the order of a serial pass gives them.
 __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
                                  int64_t n_stored, float* workspace) {
   pdl_entry();
-  extern __shared__ int32_t count[];  // [n_stored + 1]: counts, then starts
+  extern __shared__ int32_t count[];  // [n_stored + 1]: counts, then each run's fill
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
-  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    int32_t c = 0;
-    for (int64_t p = 0; p < pairs; ++p) c += expert_index[p] == s;
-    count[s] = c;
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) count[s] = 0;
+  __syncthreads();
+  // (An index outside the stored experts, which route_topk never writes, is left out, as the
+  // serial count left it.)
+  for (int64_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int32_t e = expert_index[p];
+    if (e >= 0 && e < n_stored) atomicAdd(count + e, 1);
   }
   __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  {
     const int64_t run = (n_stored + 31) / 32, s0 = lane * run;
     const int64_t s1 = s0 + run < n_stored ? s0 + run : n_stored;
     int32_t total = 0, chosen = 0;
@@ -229,11 +236,20 @@ __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64
       *m.n_active = chosen_before;
     }
   }
-  __syncthreads();
-  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    int32_t at = count[s];
-    for (int64_t p = 0; p < pairs; ++p)
-      if (expert_index[p] == s) m.order[at++] = static_cast<int32_t>(p);
+  __syncwarp();
+  const unsigned before_me = (1u << lane) - 1u;
+  for (int64_t p0 = 0; p0 < pairs; p0 += 32) {
+    const int64_t p = p0 + lane;
+    int32_t e = p < pairs ? expert_index[p] : -1;
+    if (e >= n_stored) e = -1;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int32_t at = e >= 0 ? count[e] + __popc(same & before_me) : 0;
+    __syncwarp();  // every lane has read its run's fill before the last lane of each group adds
+    if (e >= 0) {
+      m.order[at] = static_cast<int32_t>(p);
+      if ((same >> lane) == 1u) count[e] += __popc(same);
+    }
+    __syncwarp();
   }
 }
 
