@@ -22,8 +22,10 @@ constexpr int kSplits = 16;  // blocks per (row, head): a fixed split, whatever 
 
 // out[t] = sum_s acc_s exp(m_s - M) / sum_s l_s exp(m_s - M) over the `used` splits that hold
 // positions, in increasing s, by the block of the split that finished last (its loads through L2:
-// the other splits wrote them).
-__device__ void merge_splits(const float* pt, int64_t head_dim, int used, float* out) {
+// the other splits wrote them); the dimensions d = first, first + step, ... (the block's threads,
+// or a warp's lanes: the same arithmetic for every d).
+__device__ void merge_splits(const float* pt, int64_t head_dim, int used, float* out, int64_t first,
+                             int64_t step) {
   float big = -__int_as_float(0x7f800000);
   for (int s = 0; s < used; ++s) big = fmaxf(big, __ldcg(pt + s * (head_dim + 2)));
   float l = 0.0f;
@@ -34,7 +36,7 @@ __device__ void merge_splits(const float* pt, int64_t head_dim, int used, float*
     l += __ldcg(pt + s * (head_dim + 2) + 1) * w[s];
   }
   const float inv = 1.0f / l;
-  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
+  for (int64_t d = first; d < head_dim; d += step) {
     float o = 0.0f;
     for (int s = 0; s < used; ++s) o += __ldcg(pt + s * (head_dim + 2) + 2 + d) * w[s];
     out[d] = o * inv;
@@ -168,7 +170,8 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
   __syncthreads();
   if (!merges) return;
   __threadfence();
-  merge_splits(partial + t * kSplits * (head_dim + 2), head_dim, used, out + t * head_dim);
+  merge_splits(partial + t * kSplits * (head_dim + 2), head_dim, used, out + t * head_dim,
+               threadIdx.x, blockDim.x);
   if (threadIdx.x == 0) counters[t] = 0;
 }
 
@@ -192,45 +195,6 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
 // heads share a block.
 constexpr int kGqaHeads = 8;
 constexpr int kGqaDimGroups = kMaxHeadDim / 128;  // float4 groups of value dimensions per lane
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most `pending` (0..3) of this thread's commit groups are still in flight.
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  if (pending <= 0)
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  else if (pending == 1)
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else if (pending == 2)
-    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-  else
-    asm volatile("cp.async.wait_group 3;\n" ::: "memory");
-}
-
-// merge_splits' arithmetic by one warp (lanes over the dimensions).
-__device__ void merge_splits_warp(const float* pt, int64_t head_dim, int used, float* out) {
-  const int lane = threadIdx.x % 32;
-  float big = -__int_as_float(0x7f800000);
-  for (int s = 0; s < used; ++s) big = fmaxf(big, __ldcg(pt + s * (head_dim + 2)));
-  float l = 0.0f;
-  float w[kSplits];
-  for (int s = 0; s < used; ++s) {
-    const float ms = __ldcg(pt + s * (head_dim + 2));
-    w[s] = ms == -__int_as_float(0x7f800000) ? 0.0f : expf(ms - big);
-    l += __ldcg(pt + s * (head_dim + 2) + 1) * w[s];
-  }
-  const float inv = 1.0f / l;
-  for (int64_t d = lane; d < head_dim; d += 32) {
-    float o = 0.0f;
-    for (int s = 0; s < used; ++s) o += __ldcg(pt + s * (head_dim + 2) + 2 + d) * w[s];
-    out[d] = o * inv;
-  }
-}
 
 // Chunks per split of version 2 for a span of `chunks` chunks: runs of at least kGqaRun chunks
 // (a span of up to kGqaRun * kChunk positions is one split: no merge), more where the span needs
@@ -441,8 +405,8 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
   if (!merges) return;
   __threadfence();
   if (active)
-    merge_splits_warp(partial + (r * n_heads + h) * kSplits * (head_dim + 2), head_dim, used,
-                      out + (r * n_heads + h) * head_dim);
+    merge_splits(partial + (r * n_heads + h) * kSplits * (head_dim + 2), head_dim, used,
+                 out + (r * n_heads + h) * head_dim, lane, 32);
   if (threadIdx.x == 0) counters[u] = 0;
 }
 

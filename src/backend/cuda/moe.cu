@@ -360,27 +360,6 @@ constexpr int kXPad = 20;                   // floats per staged block of 16 inp
 constexpr int kUpCols = 16, kUpStages = 2;  // gate/up: columns per block, cp.async groups
 constexpr int kDownCols = 32, kDownStages = 2;
 
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most `pending` of this thread's commit groups are still in flight (0..2).
-__device__ __forceinline__ void cp_async_wait(int pending) {
-  if (pending <= 0)
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-  else if (pending == 1)
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-  else
-    asm volatile("cp.async.wait_group 2;\n" ::: "memory");
-}
-
 // `len` bytes from global `src` to shared `dst`, by the whole block: 16-byte cp.async where both
 // ends and the length allow, else 4-byte, else plain byte copies (visible after __syncthreads).
 __device__ __forceinline__ void copy_to_shared(uint8_t* dst, const uint8_t* src, int64_t len) {
