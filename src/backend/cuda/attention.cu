@@ -43,6 +43,19 @@ __device__ void merge_splits(const float* pt, int64_t head_dim, int used, float*
   }
 }
 
+// Whether this block is the last of the `used` blocks counting on `counter` (each has written
+// its partials before the call: the fence makes them visible first); the one that is reads them
+// after a second fence. Every thread of the block calls it and gets the same answer.
+__device__ bool last_to_finish(unsigned* counter, int used) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(used - 1);
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // Split s of (row, head) t takes the chunks c = s, s + kSplits, ... of kChunk positions of the
 // row's span (from its window's first position), in increasing c, with a running maximum m,
 // exp-sum l and value sums acc. Per chunk:
@@ -163,13 +176,7 @@ __global__ void attention_split_kernel(const float* __restrict__ q,
   }
   // The last of the `used` blocks of (row, head) t merges them (whichever it is, it reads the
   // same partials in the same order) and sets the counter back to 0 for the next call.
-  __shared__ bool merges;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) merges = atomicAdd(counters + t, 1u) == static_cast<unsigned>(used - 1);
-  __syncthreads();
-  if (!merges) return;
-  __threadfence();
+  if (!last_to_finish(counters + t, used)) return;
   merge_splits(partial + t * kSplits * (head_dim + 2), head_dim, used, out + t * head_dim,
                threadIdx.x, blockDim.x);
   if (threadIdx.x == 0) counters[t] = 0;
@@ -397,13 +404,7 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
   // The last of the `used` blocks of (row, KV head, head group) u merges them for every head of
   // the block (whichever it is, it reads the same partials in the same order) and sets the
   // counter back to 0 for the next call.
-  __shared__ bool merges;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) merges = atomicAdd(counters + u, 1u) == static_cast<unsigned>(used - 1);
-  __syncthreads();
-  if (!merges) return;
-  __threadfence();
+  if (!last_to_finish(counters + u, used)) return;
   if (active)
     merge_splits(partial + (r * n_heads + h) * kSplits * (head_dim + 2), head_dim, used,
                  out + (r * n_heads + h) * head_dim, lane, 32);

@@ -382,20 +382,23 @@ bool set_programmatic_launch(Backend& backend, bool on) {
   return before;
 }
 
-int set_attention_version(Backend& backend, int version) {
+// Sets a process-wide kernel choice through `set` (which returns the previous one) with the
+// backend idle, and drops its graphs where the choice changed (they captured the other kernel).
+template <typename T>
+T switch_kernel(Backend& backend, T choice, T (*set)(T)) {
   CudaBackend& cuda = cuda_of(backend);
   cuda.synchronize();
-  const int before = set_attention_version_flag(version);
-  if (before != version) cuda.forget_captured();  // graphs captured the other kernel's launches
+  const T before = set(choice);
+  if (before != choice) cuda.forget_captured();
   return before;
 }
 
+int set_attention_version(Backend& backend, int version) {
+  return switch_kernel(backend, version, set_attention_version_flag);
+}
+
 bool set_tensor_linear(Backend& backend, bool on) {
-  CudaBackend& cuda = cuda_of(backend);
-  cuda.synchronize();
-  const bool before = set_tensor_linear_flag(on);
-  if (before != on) cuda.forget_captured();  // graphs captured the other kernel's launches
-  return before;
+  return switch_kernel(backend, on, set_tensor_linear_flag);
 }
 
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {
