@@ -59,12 +59,17 @@ def main(argv=None):
     p.add_argument("--corpus", required=True)
     p.add_argument("--voices", required=True, help="comma-separated corpus speaker ids")
     p.add_argument("--sentences", type=int, default=300)
+    p.add_argument("--skip", type=int, default=0,
+                   help="held-out sentences passed over before the targets (a slice apart from "
+                        "the quality test's, e.g. for a sweep of sampling settings)")
     p.add_argument("--gammas", default="1.5,1")
     p.add_argument("--wer-gammas", default=None,
                    help="the gammas whose outputs are recognised (default: all of --gammas); the "
                         "others are only classified (pocketsphinx is the slow part: ~2 s an item)")
     p.add_argument("--drama", default="build/drama")
     p.add_argument("--model-args", default="", help="weight options for drama say / voice write")
+    p.add_argument("--sample-args", default="",
+                   help="sampling options for drama say only, e.g. '--temperature 0.5 --top-k 20'")
     p.add_argument("--max-duration", type=float, default=12,
                    help="most seconds per output (drama say --max-duration; the frames"
                    " follow the model's frame rate)")
@@ -76,6 +81,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     start = time.time()
     model_args = shlex.split(args.model_args)
+    sample_args = shlex.split(args.sample_args)
     gammas = [float(g) for g in args.gammas.split(",")]
     wer_gammas = gammas if args.wer_gammas is None else [float(g) for g in args.wer_gammas.split(",")]
     if not set(wer_gammas) <= set(gammas):
@@ -90,7 +96,7 @@ def main(argv=None):
     if len(common) < 2:
         raise SystemExit(f"{args.corpus}: the voices share {len(common)} held-out sentences "
                          "(synthesize with --heldout-same)")
-    reference_id, targets = common[0], common[1:args.sentences + 1]
+    reference_id, targets = common[0], common[1 + args.skip:1 + args.skip + args.sentences]
     text = {i: heldout[voices[0]][i]["text"] for i in common}
     os.makedirs(os.path.join(args.work, "voices"), exist_ok=True)
     label = "unknown"
@@ -110,6 +116,7 @@ def main(argv=None):
                 out = os.path.join(folder, i + ".wav")
                 cmd = [args.drama, "say", text[i], "-o", out, "--seed", str(args.seed),
                        "--max-duration", f"{args.max_duration:g}", "--threads", "1"] + model_args
+                cmd += sample_args
                 if cond != "none":
                     cmd += ["--voice", os.path.join(args.work, "voices", cond + ".voice"),
                             "--gamma", str(gamma)]
@@ -128,7 +135,8 @@ def main(argv=None):
               "settings": {"sentences": len(targets), "reference_sentence": reference_id,
                            "voices": voices, "gammas": gammas, "wer_gammas": wer_gammas,
                            "seed": args.seed,
-                           "max_duration_s": args.max_duration, "model_args": args.model_args},
+                           "max_duration_s": args.max_duration, "model_args": args.model_args,
+                           "skip": args.skip, "sample_args": args.sample_args},
               "wer": {}, "source_wer": {}, "cloning": {}}
     for c, g in sorted({(c, g) for c, g, _, _, _ in recognised}):
         result["wer"][f"{c} gamma {g:g}" if c != "none" else "no voice"] = round(
