@@ -416,14 +416,14 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const double t = median(per_step);
     nlohmann::json samples = nlohmann::json::array();
     for (double v : per_step) samples.push_back(v * 1e3);
-    std::string other_linear;
+    std::string other_kernel;  // the name's suffix for a run with another kernel than the default
 #ifdef DRAMA_WITH_CUDA
-    if (run.other_linear) other_linear = tensor_default ? "_linear_cores" : "_linear_tensor";
-    if (run.other_attention) other_linear = "_attention_v" + std::to_string(3 - attention_default);
+    if (run.other_linear) other_kernel = tensor_default ? "_linear_cores" : "_linear_tensor";
+    if (run.other_attention) other_kernel = "_attention_v" + std::to_string(3 - attention_default);
 #endif
     nlohmann::json& row =
         results[rows_name(rows) + suffix(version, "_experts_v") + (captured ? "_graph" : "") +
-                (run.no_pdl ? "_no_pdl" : "") + other_linear];
+                (run.no_pdl ? "_no_pdl" : "") + other_kernel];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},

@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
   float4 acc[kGqaDimGroups];
 #pragma unroll
   for (int g = 0; g < kGqaDimGroups; ++g) acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float* pw = ps[warp < kGqaHeads ? warp : 0];
+  float* pw = ps[warp];  // blockDim is at most 32 * kGqaHeads
   for (int64_t c = c0; c < c1; ++c) {
     const int64_t j0 = first + c * kChunk;
     cp_async_wait(static_cast<int>(issued - c - 1));
@@ -464,13 +464,8 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
     const int heads = static_cast<int>(group < most ? group : most);
     const int64_t head_groups = (group + heads - 1) / heads;
     const int64_t bytes = gqa_shared_floats(heads, head_dim) * static_cast<int64_t>(sizeof(float));
-    static std::atomic<int64_t> allowed{48 * 1024};
-    if (bytes > allowed.load()) {
-      check(cudaFuncSetAttribute(attention_gqa_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(bytes)),
-            "cudaFuncSetAttribute (attention shared memory)");
-      allowed.store(bytes);
-    }
+    static std::atomic<int64_t> allowed{0};
+    allow_shared(attention_gqa_kernel, bytes, allowed, "attention v2");
     const dim3 grid(static_cast<unsigned>(rows * n_kv_heads * head_groups), kSplits);
     launch(attention_gqa_kernel, grid, 32 * heads, static_cast<size_t>(bytes), stream, q, positions,
            cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale, heads,

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -53,6 +54,17 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cud
   config.numAttrs = programmatic_launch() ? 1 : 0;
   // A launch error is read by the check_launch that follows every launch.
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// Opts `kernel` into `bytes` of dynamic shared memory (beyond the 48 KiB every kernel may use),
+// once per size it grows to; `allowed` is the kernel's own record (a static of its launcher).
+template <typename Kernel>
+void allow_shared(Kernel kernel, int64_t bytes, std::atomic<int64_t>& allowed, const char* what) {
+  if (bytes <= 48 * 1024 || bytes <= allowed.load()) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes)),
+        (std::string("cudaFuncSetAttribute (shared memory of ") + what + ")").c_str());
+  allowed.store(bytes);
 }
 
 inline unsigned blocks_for(int64_t n, int threads) {

@@ -706,16 +706,6 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices)
   }
 }
 
-// Opts a v2 kernel into `bytes` of dynamic shared memory (once per size it grows to).
-template <typename Kernel>
-void allow_shared(Kernel kernel, int64_t bytes, std::atomic<int64_t>& allowed) {
-  if (bytes <= 48 * 1024 || bytes <= allowed.load()) return;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(bytes)),
-        "cudaFuncSetAttribute (moe_experts v2 shared memory)");
-  allowed.store(bytes);
-}
-
 }  // namespace
 
 void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
@@ -783,8 +773,8 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
       static std::atomic<int64_t> up_allowed{0}, down_allowed{0};
       auto* up = moe_nvfp4_v2_kernel<2, kUpCols, kUpStages>;
       auto* down = moe_nvfp4_v2_kernel<1, kDownCols, kDownStages>;
-      allow_shared(up, up_bytes, up_allowed);
-      allow_shared(down, down_bytes, down_allowed);
+      allow_shared(up, up_bytes, up_allowed, "moe_experts v2 gate/up");
+      allow_shared(down, down_bytes, down_allowed, "moe_experts v2 down");
       launch(up, dim3(slots, blocks_for(inter, kUpCols)), kV2Threads, static_cast<size_t>(up_bytes),
              stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, tile_rows, vec_x,
              workspace, out);
