@@ -17,7 +17,10 @@
 # timing call. DRAMA_STEP_ROWS: the backbone step's row counts beyond 1 and 2 (default 8,32,64);
 # DRAMA_LANES_CORES (a lane list): the lanes search also with DRAMA_CUDA_LINEAR=cores, side by side;
 # DRAMA_LANES_ATTENTION_V1 and DRAMA_LANES_V3 the same with DRAMA_CUDA_ATTENTION=v1 and
-# DRAMA_CUDA_EXPERTS=v3; DRAMA_LANES_BASELINE with bundle/drama-baseline (the code before a change).
+# DRAMA_CUDA_EXPERTS=v3; DRAMA_LANES_BASELINE with bundle/drama-baseline (the code before a change);
+# DRAMA_LANES_V3_NARROW with v3 in its own layout only (DRAMA_CUDA_WIDE_ROWS=0). DRAMA_BENCH_EXPERTS (versions, e.g. "v3"): the decode bench again with each
+# as the default grouped expert kernel (decode-experts-V-h200.json). DRAMA_NCU_VERSIONS: the expert
+# kernel versions Nsight Compute profiles at one row (default "v1 v2").
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
 set -u
@@ -83,10 +86,14 @@ cpu_bench_checkpoint() {
   fi
   if want bench; then
   section "bench decode --synthetic bench-30b-a3b"
-  timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
-    --frames 10 --repeats 5 --step-rows ${DRAMA_STEP_ROWS:-8,32,64} --json "$out/decode-h200.json" >/dev/null
+  # bench_decode JSON [VAR=VALUE...]: the bench with the environment given, then its summary.
+  bench_decode() {
+  local json=$1
+  shift
+  env "$@" timeout 300 "$drama" bench decode --backend cuda --synthetic "$here/configs/bench-30b-a3b.json" \
+    --frames 10 --repeats 5 --step-rows ${DRAMA_STEP_ROWS:-8,32,64} --json "$out/$json" >/dev/null
   echo "bench exit $?"
-  python3 - "$out/decode-h200.json" <<'PY' || true
+  python3 - "$out/$json" <<'PY' || true
 import json, sys
 j = json.load(open(sys.argv[1]))
 for k, v in j["backbone_step"].items():
@@ -113,7 +120,21 @@ for case in ("rows1", "rows2_shared", "rows2_disjoint"):
             if a and b:
                 print(vb[1:], "vs", va[1:], case + kind, "%.1f -> %.1f us" % (a["us_per_layer"], b["us_per_layer"]),
                       "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]))
+for case in ("rows64", "rows128", "rows192", "rows256", "rows512"):
+    a, b, c = e.get(case + "_graph_v3_narrow"), e.get(case + "_graph_v3"), e.get(case + "_graph_v2")
+    if a and b:
+        print("v3 (wide layout by pairs an expert) vs its own layout", case,
+              "%.1f -> %.1f us" % (a["us_per_layer"], b["us_per_layer"]),
+              "speed-up %.2fx" % (a["us_per_layer"] / b["us_per_layer"]),
+              "(v2 %.1f us)" % c["us_per_layer"] if c else "")
 PY
+  }
+  bench_decode decode-h200.json
+  # The same bench with another grouped expert kernel as the default (DRAMA_BENCH_EXPERTS="v3").
+  for v in ${DRAMA_BENCH_EXPERTS:-}; do
+    section "bench decode, grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
+    bench_decode "decode-experts-$v-h200.json" DRAMA_CUDA_EXPERTS=$v
+  done
   fi
   if want baseline; then
   section "baseline binary (bundle/drama-baseline: the code before this change), same bench, same call"
@@ -170,6 +191,12 @@ PY
   if [ -n "${DRAMA_LANES_V3:-}" ]; then
     lanes_search 300 "$DRAMA_LANES_V3" lanes-v3-h200.json DRAMA_CUDA_EXPERTS=v3
     echo "lanes (experts v3) exit $?"
+  fi
+  # v3 without its wide layout (DRAMA_CUDA_WIDE_ROWS=0: the kernel before it, the same bits).
+  if [ -n "${DRAMA_LANES_V3_NARROW:-}" ]; then
+    lanes_search 300 "$DRAMA_LANES_V3_NARROW" lanes-v3-narrow-h200.json DRAMA_CUDA_EXPERTS=v3 \
+      DRAMA_CUDA_WIDE_ROWS=0
+    echo "lanes (experts v3, wide layout off) exit $?"
   fi
   if [ -n "${DRAMA_LANES_CORES:-}" ]; then
     lanes_search 300 "$DRAMA_LANES_CORES" lanes-cores-h200.json DRAMA_CUDA_LINEAR=cores

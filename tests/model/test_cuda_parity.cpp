@@ -388,17 +388,36 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
   }
 }
 
-// The two versions of the grouped expert kernels (DRAMA_CUDA_EXPERTS=v1|v2, moe.cuh) give the
-// same bits: random NVFP4 experts at the bench's expert shape (hidden 2048, intermediate 768) and
-// at small and odd shapes (scale rows that are not multiples of 16 bytes, tail column blocks, an
-// activation matrix not on 16 bytes, more output slots than ranks), for 1, 2, 3, 8 and 64 rows
-// and three expert mixes (random distinct experts per row, every row the same experts, rows on
-// disjoint experts as far as they go). Version 1 equals the separate calls (the test above), so
-// version 2 does too.
-TEST(CudaGroupedExperts, VersionTwoEqualsVersionOneBitwise) {
+// The layouts of one arithmetic give the same bits: versions 1 and 2 of the grouped expert kernels
+// (DRAMA_CUDA_EXPERTS=v1|v2, moe.cuh), and version 3 in its own layout and its wide one (the
+// layout many pairs an expert pick for it: DRAMA_CUDA_WIDE_ROWS); random NVFP4 experts at the
+// bench's expert shape (hidden 2048, intermediate 768) and at small and odd shapes (scale rows that
+// are not multiples of 16 bytes, tail column blocks, an activation matrix not on 16 bytes, more
+// output slots than ranks), for 1, 2, 3, 8 and 64 rows and three expert mixes (random distinct
+// experts per row, every row the same experts, rows on disjoint experts as far as they go). Version
+// 1 equals the separate calls (the test above), so version 2 does too. (Up to 2026-12-04 this test
+// was VersionTwoEqualsVersionOneBitwise.)
+TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   REQUIRE_CUDA(cuda);
 #ifdef DRAMA_WITH_CUDA
   Backend& b = *cuda;
+  // Two runs compared bitwise: (version, v3 wide rows) each. Version 3 in its own layout (wide
+  // never) and in the wide one (from one row on): one arithmetic, two layouts (moe.cu).
+  struct Layouts {
+    const char* name[2];
+    int version[2];
+    int64_t wide_rows[2];
+  };
+  const Layouts layouts[] = {{{"v1", "v2"}, {1, 2}, {0, 0}}, {{"v3", "v3 wide"}, {3, 3}, {0, 1}}};
+  struct Restore {
+    Backend& b;
+    int version;
+    int64_t wide_rows;
+    ~Restore() {
+      cuda::set_moe_experts_version(b, version);
+      cuda::set_wide_rows(b, wide_rows);
+    }
+  } restore{b, cuda::set_moe_experts_version(b, 2), cuda::set_wide_rows(b, 0)};
   struct Shape {
     int64_t hidden, inter, n_stored, k, extra_slots, x_offset;
   };
@@ -476,32 +495,39 @@ TEST(CudaGroupedExperts, VersionTwoEqualsVersionOneBitwise) {
         call << "hidden " << H << " inter " << I << " stored " << n_stored << " k " << k
              << " slots " << slots << " x offset " << sh.x_offset << " mix " << mix << " rows "
              << rows;
-        for (int version : {1, 2}) {
-          cuda::set_moe_experts_version(b, version);
-          b.upload(out->data(), zeros.data(), n * 4);
-          poison(b, ws->f32(), ws_floats);  // a read of workspace the call did not write gives NaN
-          b.moe_experts(table.data(), n_stored, xp, rows, H,
-                        static_cast<const int32_t*>(idd->data()), k, slots, out->f32(), ws->f32());
-          std::vector<float>& got = version == 1 ? v1 : v2;
-          b.download(got.data(), out->data(), n * 4);
-          // Inputs and weights are finite and far from overflow, so every output is finite.
+        for (const Layouts& lay : layouts) {
+          for (int which = 0; which < 2; ++which) {
+            cuda::set_moe_experts_version(b, lay.version[which]);
+            cuda::set_wide_rows(b, lay.wide_rows[which]);
+            b.upload(out->data(), zeros.data(), n * 4);
+            poison(b, ws->f32(), ws_floats);  // a read of workspace the call did not write: NaN
+            b.moe_experts(table.data(), n_stored, xp, rows, H,
+                          static_cast<const int32_t*>(idd->data()), k, slots, out->f32(),
+                          ws->f32());
+            std::vector<float>& got = which == 0 ? v1 : v2;
+            b.download(got.data(), out->data(), n * 4);
+            // Inputs and weights are finite and far from overflow, so every output is finite.
+            for (size_t i = 0; i < n; ++i)
+              ASSERT_TRUE(std::isfinite(got[i]))
+                  << call.str() << ": " << lay.name[which] << " gave " << got[i] << " at row "
+                  << i / (slots * H) << " slot " << i / H % slots << " column " << i % H;
+          }
           for (size_t i = 0; i < n; ++i)
-            ASSERT_TRUE(std::isfinite(got[i]))
-                << call.str() << ": version " << version << " gave " << got[i] << " at row "
-                << i / (slots * H) << " slot " << i / H % slots << " column " << i % H;
+            ASSERT_EQ(std::memcmp(&v1[i], &v2[i], 4), 0)
+                << call.str() << " element " << i << ": " << lay.name[0] << " " << v1[i] << " "
+                << lay.name[1] << " " << v2[i];
+          float norm = 0.0f;
+          for (size_t i = 0; i < n; ++i) norm += std::fabs(v1[i]);
+          ASSERT_GT(norm, 0.0f) << call.str();  // a vacuous all-zero pass is impossible
+          ++checked;
         }
-        for (size_t i = 0; i < n; ++i)
-          ASSERT_EQ(std::memcmp(&v1[i], &v2[i], 4), 0)
-              << call.str() << " element " << i << ": v1 " << v1[i] << " v2 " << v2[i];
-        float norm = 0.0f;
-        for (size_t i = 0; i < n; ++i) norm += std::fabs(v1[i]);
-        ASSERT_GT(norm, 0.0f) << call.str();  // a vacuous all-zero pass is impossible
-        ++checked;
       }
     }
   }
-  std::printf("%d (shape, mix, rows) grouped expert calls bitwise equal between v1 and v2\n",
-              checked);
+  std::printf(
+      "%d (shape, mix, rows, layouts) grouped expert calls bitwise equal: v1 and v2, v3 and v3 "
+      "wide\n",
+      checked);
 #endif
 }
 

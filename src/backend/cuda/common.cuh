@@ -72,12 +72,17 @@ inline unsigned blocks_for(int64_t n, int threads) {
 }
 
 // Asynchronous copies from global to shared memory (sm_80+): 16 bytes (both addresses on 16
-// bytes; bypassing L1) or 4; commit_group closes this thread's copies issued since the last one
-// into a group; cp_async_wait(n) waits until at most n (0..2) of its groups are still in flight.
-// The copies are visible to the block after the wait and a __syncthreads.
+// bytes; bypassing L1), 8 or 4 (both on that many bytes); commit_group closes this thread's copies
+// issued since the last one into a group; cp_async_wait(n) waits until at most n (0..2) of its
+// groups are still in flight. The copies are visible to the block after the wait and a
+// __syncthreads.
 __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void* dst, const void* src) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));

@@ -13,6 +13,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_experts.h"
 #include "backend/cuda/linear.cuh"
+#include "backend/cuda/moe.cuh"
 #include "util/error.h"
 
 namespace drama {
@@ -199,6 +200,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // refused here, with the backend.
   check_linear_environment();
   check_attention_environment();
+  check_wide_environment();
 }
 
 CudaBackend::~CudaBackend() {
@@ -395,6 +397,10 @@ T switch_kernel(Backend& backend, T choice, T (*set)(T)) {
 
 int set_attention_version(Backend& backend, int version) {
   return switch_kernel(backend, version, set_attention_version_flag);
+}
+
+int64_t set_wide_rows(Backend& backend, int64_t rows) {
+  return switch_kernel(backend, rows, set_wide_rows_flag);
 }
 
 bool set_tensor_linear(Backend& backend, bool on) {

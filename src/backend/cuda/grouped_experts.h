@@ -27,6 +27,13 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
 // `backend` is not the CUDA backend or the version is none of them.
 int set_moe_experts_version(Backend& backend, int version);
 
+// Sets when version 3 of the grouped expert kernels runs its wide layout (the same bits as its
+// own: moe.cuh) for every CUDA backend of the process: -1 where the experts average 12 pairs or
+// more (the default), 0 never, N > 0 from N rows on. Drops `backend`'s captured graphs and
+// returns the previous setting. Throws drama::Error when `backend` is not the CUDA backend or
+// rows < -1.
+int64_t set_wide_rows(Backend& backend, int64_t rows);
+
 // Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when
 // it holds none for the key. Throws drama::Error when `backend` is not the CUDA backend.
 int64_t captured_graph_nodes(Backend& backend, const std::string& key);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -706,6 +707,241 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices)
   }
 }
 
+// ---- Version 3, wide layout: the same bits, for experts with many pairs ----
+//
+// moe_nvfp4_v3_kernel's arithmetic, laid out for steps where an expert has many pairs (the
+// lanes of a busy server): a block owns (chosen expert, kWideCols output columns), each warp 16
+// of them (one A tile per matrix) over the whole reduction. The warp runs v3's slices one after
+// the other, each from zero in v3's group and step order, and adds each slice's sum (acc +
+// acc_low, as v3 writes its partials) to a running total in slice order, slice 0's sum being the
+// start: the additions of v3's partial[0] + partial[1] + ..., so every output has v3's bits (and
+// the bits do not depend on which layout ran: wide_layout() picks it, and tests/model/
+// test_cuda_parity.cpp checks the two equal). No cross-warp reduction. The expert's pairs go in
+// passes of kWidePairs; for every 128-input group of a pass the block stages its columns' codes
+// and block scales and the pass's activations in shared memory (cp.async, kWideStages chunks in
+// flight), and a warp decodes each weight fragment once for all the pass's pair tiles. Version
+// 3's own layout re-reads and re-decodes the weights for every tile of 8 pairs and holds a few
+// loads in flight per warp.
+constexpr int kWideWarps = 8;
+constexpr int kWideCols = 16 * kWideWarps;
+constexpr int kWideTiles = 2;  // pair tiles of 8 per pass
+constexpr int kWidePairs = 8 * kWideTiles;
+constexpr int kWideStages = 3;
+constexpr int kWideLaneRun = 36;                // floats per staged run of 32 inputs (4 pad)
+constexpr int kWideXStride = 4 * kWideLaneRun;  // floats per staged pair of a group
+
+// DRAMA_CUDA_WIDE_ROWS: unset or empty, the wide layout where the experts average at least 12
+// pairs (rows x k >= 12 x n_stored: from 192 rows at bench-30b-a3b's 128 experts, top 8; on the
+// H200 one layer's products ran 0.90x as fast as in version 3's own layout at 8 pairs an expert
+// and 1.45x as fast at 12: results/decode-h200-1204b.json); N > 0, from N rows on; 0, never.
+// Held as -1 for the first.
+std::atomic<int64_t> g_wide_rows{[] {
+  const char* v = std::getenv("DRAMA_CUDA_WIDE_ROWS");
+  return v && *v ? std::atoll(v) : int64_t{-1};
+}()};
+
+bool wide_layout(int64_t rows, int64_t k, int64_t n_stored) {
+  const int64_t w = g_wide_rows.load(std::memory_order_relaxed);
+  return w < 0 ? rows * k >= 12 * n_stored : w > 0 && rows >= w;
+}
+
+// Bytes of one stage: codes [NW][kWideCols][64], block scales [NW][kWideCols][8], activations
+// [kWidePairs][kWideXStride] floats.
+__host__ __device__ constexpr int64_t wide_stage_bytes(int nw) {
+  return nw * kWideCols * (64 + 8) + kWidePairs * kWideXStride * 4;
+}
+
+template <int NW>
+__global__ void __launch_bounds__(32 * kWideWarps, 2)
+    moe_nvfp4_v3_wide_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
+                             int64_t hidden, int64_t inter, const float* __restrict__ x,
+                             int64_t pairs, int64_t k, int64_t out_slots, int64_t groups_per_slice,
+                             bool vec_x, float* workspace, float* __restrict__ out) {
+  pdl_entry();
+  extern __shared__ __align__(16) uint8_t smem[];
+  const MoeLayout m = moe_layout(workspace, pairs, n_stored);
+  ChosenExpert chosen;
+  if (!chosen_expert(m, blockIdx.x, chosen)) return;  // the whole block
+  const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kWideCols;
+  const DeviceExpert e = experts[chosen.s];
+  const int64_t p0 = chosen.p0, n = chosen.n;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int first[2] = {NW == 2 ? 0 : 2, 1};
+  const int64_t groups = (in + 127) / 128, passes = (n + kWidePairs - 1) / kWidePairs;
+  const int64_t chunks = passes * groups;
+  constexpr int64_t stage_bytes = wide_stage_bytes(NW);
+  const int64_t code_row = in / 2, scale_row = in / 16;
+  bool codes8 = code_row % 8 == 0, scales8 = scale_row % 8 == 0;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    codes8 = codes8 && reinterpret_cast<uintptr_t>(e.data[first[w]]) % 8 == 0;
+    scales8 = scales8 && reinterpret_cast<uintptr_t>(e.scales[first[w]]) % 8 == 0;
+  }
+  auto pair_row = [&](int64_t i) -> const float* {
+    if constexpr (NW == 2)
+      return x + (m.order[p0 + i] / k) * hidden;
+    else
+      return m.act + (p0 + i) * inter;
+  };
+  // Chunk c (pass c / groups, group c % groups) into stage `st`: what lies past `in`, past the
+  // columns or past the expert's pairs is zeros, as version 3 reads it.
+  auto load = [&](int64_t c, int st) {
+    uint8_t* sc = smem + st * stage_bytes;
+    uint8_t* ss = sc + NW * kWideCols * 64;
+    float* sx = reinterpret_cast<float*>(ss + NW * kWideCols * 8);
+    const int64_t i0 = (c / groups) * kWidePairs, q = c % groups, k0 = 128 * q;
+    const int64_t len = in - k0 < 128 ? in - k0 : 128;  // a multiple of 16
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const uint8_t* codes = static_cast<const uint8_t*>(e.data[first[w]]);
+      const uint8_t* scales = e.scales[first[w]];
+      for (int i = threadIdx.x; i < kWideCols * 8; i += blockDim.x) {
+        const int r = i / 8, piece = i % 8;
+        const int64_t o = o0 + r;
+        uint8_t* d = sc + (w * kWideCols + r) * 64 + piece * 8;
+        if (o < columns && 16 * piece < len) {
+          const uint8_t* s = codes + o * code_row + k0 / 2 + 8 * piece;
+          if (codes8)
+            cp_async8(d, s);
+          else
+            for (int b = 0; b < 8; ++b) d[b] = s[b];
+        } else {
+          *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
+        }
+      }
+      for (int r = threadIdx.x; r < kWideCols; r += blockDim.x) {
+        const int64_t o = o0 + r;
+        uint8_t* d = ss + (w * kWideCols + r) * 8;
+        if (o < columns) {
+          const uint8_t* s = scales + o * scale_row + k0 / 16;
+          if (scales8 && len == 128) {
+            cp_async8(d, s);
+          } else {
+            for (int b = 0; b < 8; ++b) d[b] = 16 * b < len ? s[b] : 0;
+          }
+        } else {
+          *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
+        }
+      }
+    }
+    for (int i = threadIdx.x; i < kWidePairs * 32; i += blockDim.x) {
+      const int pr = i / 32, j = i % 32;  // inputs 4 j .. 4 j + 3 of the group
+      float* d = sx + pr * kWideXStride + (j / 8) * kWideLaneRun + (j % 8) * 4;
+      if (i0 + pr < n && 4 * j < len) {
+        const float* s = pair_row(i0 + pr) + k0 + 4 * j;
+        if (vec_x)
+          cp_async16(d, s);
+        else
+          for (int v = 0; v < 4; ++v) d[v] = s[v];
+      } else {
+        *reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  };
+  float acc[kWideTiles][NW][4], acc_low[kWideTiles][NW][4], total[kWideTiles][NW][4] = {};
+  for (int st = 0; st < kWideStages - 1; ++st) {
+    if (st < chunks) load(st, st);
+    cp_async_commit();
+  }
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t q = c % groups;
+    cp_async_wait(kWideStages - 2);
+    __syncthreads();  // chunk c is in; every warp is done with chunk c - 1's stage
+    if (c + kWideStages - 1 < chunks)
+      load(c + kWideStages - 1, static_cast<int>((c + kWideStages - 1) % kWideStages));
+    cp_async_commit();
+    const uint8_t* sc = smem + (c % kWideStages) * stage_bytes;
+    const uint8_t* ss = sc + NW * kWideCols * 64;
+    const float* sx = reinterpret_cast<const float*>(ss + NW * kWideCols * 8);
+    // Tiles past the expert's pairs (the last pass's) are skipped: their outputs are never stored.
+    const int64_t live_pairs = n - (c / groups) * kWidePairs;
+    if (q % groups_per_slice == 0) {  // a slice starts from zero
+#pragma unroll
+      for (int tt = 0; tt < kWideTiles; ++tt)
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) acc[tt][w][v] = acc_low[tt][w][v] = 0.0f;
+    }
+    // The lane's codes of inputs 32 t .. 32 t + 31 of rows g and g + 8 of its warp's columns,
+    // and their two block scales, as version 3 loads them from global memory.
+    uint32_t wc[NW][2][4], scl[NW][2][2];
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = w * kWideCols + warp * 16 + g + 8 * h;
+        const uint4 cw = *reinterpret_cast<const uint4*>(sc + r * 64 + 16 * t);
+        wc[w][h][0] = cw.x;
+        wc[w][h][1] = cw.y;
+        wc[w][h][2] = cw.z;
+        wc[w][h][3] = cw.w;
+        const uint8_t* sr = ss + r * 8 + 2 * t;
+        scl[w][h][0] = e4m3_bf16x2(sr[0]);
+        scl[w][h][1] = e4m3_bf16x2(sr[1]);
+      }
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      uint32_t a[NW][4];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), scl[w][0][s / 4], a[w][0], a[w][2]);
+        e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), scl[w][1][s / 4], a[w][1], a[w][3]);
+      }
+#pragma unroll
+      for (int tt = 0; tt < kWideTiles; ++tt) {
+        if (8 * tt >= live_pairs) break;
+        float4 v = *reinterpret_cast<const float4*>(sx + (8 * tt + g) * kWideXStride +
+                                                    t * kWideLaneRun + 4 * s);
+        uint32_t b[3][2];
+#pragma unroll
+        for (int term = 0; term < 3; ++term) {
+          b[term][0] = take_upper_halves(v.x, v.y);
+          b[term][1] = take_upper_halves(v.z, v.w);
+        }
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          mma_bf16(acc_low[tt][w], a[w], b[2][0], b[2][1]);
+          mma_bf16(acc_low[tt][w], a[w], b[1][0], b[1][1]);
+          mma_bf16(acc[tt][w], a[w], b[0][0], b[0][1]);
+        }
+      }
+    }
+    if ((q + 1) % groups_per_slice == 0 || q + 1 == groups) {  // the slice's end
+      const bool first_slice = q < groups_per_slice;
+#pragma unroll
+      for (int tt = 0; tt < kWideTiles; ++tt)
+#pragma unroll
+        for (int w = 0; w < NW; ++w)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) {
+            const float part = acc[tt][w][v] + acc_low[tt][w][v];
+            total[tt][w][v] = first_slice ? part : total[tt][w][v] + part;
+          }
+    }
+    if (q + 1 == groups) {  // the pass's outputs: lane (g, t) holds columns g, g + 8 of its
+                            // warp's 16 and pairs 2 t, 2 t + 1 of each tile
+      const int64_t i0 = (c / groups) * kWidePairs;
+#pragma unroll
+      for (int tt = 0; tt < kWideTiles; ++tt)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const int64_t i = i0 + 8 * tt + 2 * t + (v & 1);
+          const int64_t o = o0 + warp * 16 + g + 8 * (v >> 1);
+          if (i >= n || o >= columns) continue;
+          if constexpr (NW == 2)
+            store_act(m, p0 + i, inter, o, total[tt][0][v] * e.scale2[0],
+                      total[tt][1][v] * e.scale2[1]);
+          else
+            store_down(m, p0 + i, k, out_slots, hidden, o, total[tt][0][v] * e.scale2[2], out);
+        }
+    }
+  }
+  cp_async_wait(0);  // nothing left in flight when the block exits
+}
+
 }  // namespace
 
 void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
@@ -730,6 +966,22 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
   check_launch("expert_combine");
 }
 
+int64_t set_wide_rows_flag(int64_t rows) {
+  if (rows < -1)
+    throw Error("wide rows " + std::to_string(rows) + ": -1 (by pairs an expert), 0 or more");
+  return g_wide_rows.exchange(rows, std::memory_order_relaxed);
+}
+
+void check_wide_environment() {
+  const char* v = std::getenv("DRAMA_CUDA_WIDE_ROWS");
+  if (!v || !*v) return;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < 0)
+    throw Error(std::string("DRAMA_CUDA_WIDE_ROWS=") + v +
+                ": a row count (0: never the wide layout; unset: by pairs an expert)");
+}
+
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
   const int64_t pairs = rows * k;
   // act rows start on 16 bytes (the down product's float4 loads): round the int words up to 4.
@@ -751,6 +1003,24 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   const bool vec_act = reinterpret_cast<uintptr_t>(workspace) % 16 == 0 && inter % 4 == 0;
   if (version == 3 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
     const V3Split up = v3_split(hidden), down = v3_split(inter);
+    if (wide_layout(rows, k, n_stored)) {
+      static std::atomic<int64_t> up_allowed{0}, down_allowed{0};
+      auto* up_kernel = moe_nvfp4_v3_wide_kernel<2>;
+      auto* down_kernel = moe_nvfp4_v3_wide_kernel<1>;
+      const int64_t up_bytes = kWideStages * wide_stage_bytes(2),
+                    down_bytes = kWideStages * wide_stage_bytes(1);
+      allow_shared(up_kernel, up_bytes, up_allowed, "moe_experts v3 wide gate/up");
+      allow_shared(down_kernel, down_bytes, down_allowed, "moe_experts v3 wide down");
+      launch(up_kernel, dim3(slots, blocks_for(inter, kWideCols)), 32 * kWideWarps,
+             static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, x, pairs, k,
+             out_slots, up.groups_per_slice, vec_x, workspace, out);
+      check_launch("moe_experts gate/up (v3 wide)");
+      launch(down_kernel, dim3(slots, blocks_for(hidden, kWideCols)), 32 * kWideWarps,
+             static_cast<size_t>(down_bytes), stream, experts, n_stored, hidden, inter, x, pairs, k,
+             out_slots, down.groups_per_slice, vec_act, workspace, out);
+      check_launch("moe_experts down (v3 wide)");
+      return;
+    }
     launch(moe_nvfp4_v3_kernel<2>, dim3(slots, blocks_for(inter, kV3Cols)), 32 * up.slices, 0,
            stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, up.groups_per_slice,
            vec_x, workspace, out);

@@ -32,7 +32,15 @@ struct DeviceExpert {
 // shared tiles fit the device) runs the same arithmetic from weight tiles copied into shared
 // memory with cp.async and activations staged once per block (moe.cu): the bits of version 1.
 // Version 3 (NVFP4, sizes multiples of 16) runs the products on tensor cores (mma.cuh): batch
-// invariant, other bits. BF16 experts, or shapes a version does not take: version 1.
+// invariant, other bits; where the experts average 12 pairs or more
+// (DRAMA_CUDA_WIDE_ROWS overrides: moe.cu), in a layout for experts with many pairs, with the
+// same bits. BF16 experts, or shapes a version does not take: version 1.
+// Sets the choice of version 3's layout process-wide and returns the previous one: -1 by pairs an
+// expert (the default), 0 never the wide layout, N > 0 the wide layout from N rows on
+// (set_wide_rows in grouped_experts.h drops the graphs too).
+int64_t set_wide_rows_flag(int64_t rows);
+// Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count.
+void check_wide_environment();
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         int64_t hidden, int64_t inter, const float* x, int64_t rows,
