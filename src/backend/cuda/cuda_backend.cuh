@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
                    int64_t hidden, const int32_t* expert_index, int64_t k, int64_t out_slots,
                    float* out, float* workspace) override;
   // Which grouped expert kernels moe_experts runs (1, 2 or 3, moe.cuh): DRAMA_CUDA_EXPERTS=v1|v2|v3
-  // read at construction (default 2), or set_moe_experts_version (grouped_experts.h).
+  // read at construction (default 3), or set_moe_experts_version (grouped_experts.h).
   int experts_version() const { return experts_version_; }
   // Nodes (kernel launches and copies) of the graph captured under `key`; -1 when none is.
   int64_t graph_nodes(const std::string& key) const {
@@ -148,7 +148,7 @@ class CudaBackend final : public Backend {
     std::unique_ptr<DeviceBuffer> device;
   };
   std::map<std::pair<const void*, const void*>, ExpertTable> expert_tables_;
-  int experts_version_ = 2;
+  int experts_version_ = 3;
 };
 
 }  // namespace drama::cuda

@@ -23,7 +23,7 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
 
 // Selects the grouped expert kernels Backend::moe_experts runs on `backend` (1 or 2, moe.cuh: the
 // same bits, a different layout; 3: tensor cores, other bits) and returns the previous choice.
-// The backend starts with DRAMA_CUDA_EXPERTS (v1, v2 or v3; unset: 2). Throws drama::Error when
+// The backend starts with DRAMA_CUDA_EXPERTS (v1, v2 or v3; unset: 3). Throws drama::Error when
 // `backend` is not the CUDA backend or the version is none of them.
 int set_moe_experts_version(Backend& backend, int version);
 

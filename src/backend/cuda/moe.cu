@@ -733,7 +733,7 @@ constexpr int kWideXStride = 4 * kWideLaneRun;  // floats per staged pair of a g
 // DRAMA_CUDA_WIDE_ROWS: unset or empty, the wide layout where the experts average at least 12
 // pairs (rows x k >= 12 x n_stored: from 192 rows at bench-30b-a3b's 128 experts, top 8; on the
 // H200 one layer's products ran 0.90x as fast as in version 3's own layout at 8 pairs an expert
-// and 1.45x as fast at 12: results/decode-h200-1204b.json); N > 0, from N rows on; 0, never.
+// and 1.45x as fast at 12: results/decode-h200-1821.json); N > 0, from N rows on; 0, never.
 // Held as -1 for the first.
 std::atomic<int64_t> g_wide_rows{[] {
   const char* v = std::getenv("DRAMA_CUDA_WIDE_ROWS");

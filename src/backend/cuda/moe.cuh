@@ -31,8 +31,8 @@ struct DeviceExpert {
 // Version 2 (NVFP4 experts whose hidden and intermediate sizes are multiples of 16, when the
 // shared tiles fit the device) runs the same arithmetic from weight tiles copied into shared
 // memory with cp.async and activations staged once per block (moe.cu): the bits of version 1.
-// Version 3 (NVFP4, sizes multiples of 16) runs the products on tensor cores (mma.cuh): batch
-// invariant, other bits; where the experts average 12 pairs or more
+// Version 3 (NVFP4, sizes multiples of 16; the default since 2026-12-04) runs the products on
+// tensor cores (mma.cuh): batch invariant, other bits; where the experts average 12 pairs or more
 // (DRAMA_CUDA_WIDE_ROWS overrides: moe.cu), in a layout for experts with many pairs, with the
 // same bits. BF16 experts, or shapes a version does not take: version 1.
 // Sets the choice of version 3's layout process-wide and returns the previous one: -1 by pairs an
