@@ -185,7 +185,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   }
   // The grouped expert kernels (moe.cuh): version 3 (tensor cores) unless DRAMA_CUDA_EXPERTS says
   // v1 or v2. On the H200 version 3 holds 96 streams of bench-30b-a3b faster than real time where
-  // version 2 holds 64, for a batch-1 step 1.16x version 2's (2026-12-04:
+  // version 2 holds 64, for a batch-1 step 1.13x version 2's (2026-12-04:
   // results/lanes-h200-1827.json, lanes-v2-h200-1827.json, docs/cuda-backend.md). Version 2 was the
   // default from 2026-12-02 to 2026-12-04 (v2 == v1 bitwise and 1.45-1.8x faster:
   // results/experts-v1-v2-h200.json).

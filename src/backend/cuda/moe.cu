@@ -588,8 +588,13 @@ __device__ __forceinline__ void v3_weights(const uint8_t* codes, const uint8_t* 
   }
 }
 
+// Three blocks an SM (ptxas, sm_90a: gate/up 80 registers with 116 bytes of spills, down 79 and
+// none; without the bound 126 and 94, two blocks): at one row the 384 gate/up blocks of 8 experts
+// then fit one wave of the H200's 132 SMs. On the H200 (2026-12-04 18:43, against 18:27) the
+// graphed step took 4.853 ms at one row against 5.007 and 29.43 at 64 rows against 32.67, the same
+// bits (results/decode-h200-1843.json).
 template <int NW>
-__global__ void __launch_bounds__(32 * kV3MaxSlices)
+__global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
                         int64_t inter, const float* __restrict__ x, int64_t pairs, int64_t k,
                         int64_t out_slots, int64_t groups_per_slice, bool vec_x, float* workspace,
