@@ -334,6 +334,29 @@ class Trainable(unittest.TestCase):
 
 
 class Pipeline(unittest.TestCase):
+    def test_bench_times_both_stages_and_profiles_the_model_step(self):
+        # `train.py bench --profile N`: steps per second of the codec and the model, and for the
+        # model the operators a step spends its time in (the first thing a GPU session measures).
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
+            write_corpus(corpus)
+            out = os.path.join(tmp, "bench.json")
+            self.assertEqual(train.main([
+                "bench", "--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
+                "--device", "cpu", "--set", "codec.seconds=0.4", "--set", "model.max_frames=120",
+                "--batches-codec", "2", "--batches-model", "2", "--bench-steps", "1",
+                "--profile", "2", "--json", out]), 0)
+            with open(out) as f:
+                result = json.load(f)
+            self.assertEqual(len(result["codec"]), 2)  # before and with the discriminator
+            (model,) = result["model"]
+            self.assertGreater(model["steps_per_s"], 0)
+            prof = model["profile"]
+            self.assertEqual(prof["steps"], 2)
+            self.assertTrue(prof["top"])
+            self.assertLessEqual(sum(r["share"] for r in prof["top"]), 1.0001)
+            self.assertTrue(all(r["ms_per_step"] >= 0 for r in prof["top"]))
+
     def test_eval_codec_keeps_mel_figures_without_a_recogniser_and_scores_decodes_later(self):
         # On the GPU machine (no pocketsphinx) eval-codec still writes the held-out mel figures
         # and the decodes; `eval-codec --decoded` scores those decodes elsewhere without the

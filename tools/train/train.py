@@ -682,7 +682,10 @@ def bench_steps(args, config, recipe):
     """Steps per second of the codec (before and with the discriminator) and of the model at
     several batch sizes, on this device: what the recipe's batch sizes are chosen from
     (docs/training.md). The codec reads the corpus; the model runs on random codes of the
-    corpus's lengths (12.5 frames/s: 40-110 frames, 40-110 tokens), so no encoder is needed."""
+    corpus's lengths (3.2-8.8 s: 40-110 frames at 12.5 frames/s, 80-220 at 25; 40-110 tokens), so
+    no encoder is needed. With --profile N, N eager model steps of each batch size also run under
+    torch.profiler, and the operators that took the most device (else CPU) time go into the
+    result: where a model step's time goes."""
     device = args.device
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     result = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
@@ -725,9 +728,10 @@ def bench_steps(args, config, recipe):
                 print("bench codec", result["codec"][-1], flush=True)
     g = random.Random(2)
     k, cs = config["audio"]["num_codebooks"], config["audio"]["codebook_size"]
+    per_frame = config["audio"]["frame_rate"] / 12.5
     utterances = []
     for i in range(400):
-        n = g.randint(40, 110)
+        n = round(g.randint(40, 110) * per_frame)
         utterances.append({"speaker": f"s{i % 20}", "tokens": [g.randrange(256) for _ in range(g.randint(40, 110))],
                            "codes": torch.randint(0, cs, (n, k))})
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
@@ -749,11 +753,41 @@ def bench_steps(args, config, recipe):
             result["model"].append({"batch": batch, "cuda_graph": graphed,
                                     "graph_failed": runner.failed if runner else None,
                                     "steps_per_s": round(rate, 2), "examples_per_s": round(rate * batch, 1)})
+            if args.profile and not graphed:
+                result["model"][-1]["profile"] = profile_steps(step, args.profile, device)
             print("bench model", result["model"][-1], flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def profile_steps(step, count, device, top=15):
+    """`count` calls of `step` under torch.profiler: the `top` operators by total device time (CPU
+    time where the device is the CPU), each with its calls and its share of the profiled time."""
+    from torch.profiler import ProfilerActivity, profile
+    on_cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(count):
+            step()
+        if on_cuda:
+            torch.cuda.synchronize()
+    rows = []
+    for e in prof.key_averages():  # self times: an operator's own, not its callees' (no double count)
+        if on_cuda:
+            us = getattr(e, "self_device_time_total", None)
+            us = e.self_cuda_time_total if us is None else us  # torch before 2.4
+        else:
+            us = e.self_cpu_time_total
+        rows.append((us, e.key, e.count))
+    total = sum(r[0] for r in rows) or 1
+    rows.sort(key=lambda r: -r[0])
+    return {"steps": count, "clock": "device (self)" if on_cuda else "cpu (self)",
+            "ms_per_step": round(total / 1e3 / count, 3),
+            "top": [{"op": key, "calls_per_step": round(calls / count, 1),
+                     "ms_per_step": round(us / 1e3 / count, 3), "share": round(us / total, 4)}
+                    for us, key, calls in rows[:top]]}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -778,6 +812,8 @@ def main(argv=None):
     p.add_argument("--decoded", action="store_true",
                    help="eval-codec: score the decodes already in WORK/codec/eval (no codec weights)")
     p.add_argument("--bench-steps", type=int, default=20, help="bench: timed steps per setting")
+    p.add_argument("--profile", type=int, default=0,
+                   help="bench: profile this many eager model steps per batch size (torch.profiler)")
     args = p.parse_args(argv)
     config = load_json(args.config)
     recipe = apply_overrides(load_json(args.recipe), args.set)
