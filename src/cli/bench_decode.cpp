@@ -583,9 +583,10 @@ void register_bench_decode(CLI::App& bench, std::function<int()>& run) {
       ->check(CLI::ExistingFile);
   sub->add_option("--step-rows", o->step_rows,
                   "With --synthetic (no --lanes): backbone step row counts to time beside batch 1 "
-                  "and paired batch 2 (a list, each 1..64), as graphs and kernel by kernel")
+                  "and paired batch 2 (a list, each 1..512: a busy server's steps), as graphs and "
+                  "kernel by kernel")
       ->delimiter(',')
-      ->check(CLI::Range(1, 64));
+      ->check(CLI::Range(1, 512));
   add_weights_options(*sub, o->weights);
   sub->callback([&run, o, lanes] {
     o->lanes_given = lanes->count() > 0;

@@ -239,18 +239,24 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   const int64_t prompt = 64, capacity = prompt + 8;
   // The step's row counts: 1 and paired 2, then --step-rows (each row its own cache slot).
   std::vector<int64_t> all_rows = {1, 2};
+  constexpr int64_t kMostStepRows = 512;  // a busy server's steps (256 paired streams)
   for (const int64_t r : step_rows) {
-    if (r < 1 || r > prompt) throw Error("--step-rows: each from 1 to " + std::to_string(prompt));
+    if (r < 1 || r > kMostStepRows)
+      throw Error("--step-rows: each from 1 to " + std::to_string(kMostStepRows));
     if (std::find(all_rows.begin(), all_rows.end(), r) == all_rows.end()) all_rows.push_back(r);
   }
   const int64_t max_rows = *std::max_element(all_rows.begin(), all_rows.end());
   KvPool cache(b, bb.num_layers, max_rows, capacity, kv);
-  auto x = b.alloc(static_cast<size_t>(prompt * H) * 4),
+  // Workspace for the most rows a call has (a captured step may not allocate).
+  backbone.stack().reserve(ws, std::max(prompt, max_rows));
+  // x holds a prefill's prompt rows, then a step's rows.
+  auto x = b.alloc(static_cast<size_t>(std::max(prompt, max_rows) * H) * 4),
        h = b.alloc(static_cast<size_t>(max_rows * H) * 4),
        logits = b.alloc(static_cast<size_t>(max_rows * (c.audio.codebook_size + 1)) * 4);
   // Prefill every cache slot with `prompt` audio frames of fixed codes: slots 0 and 1 (the
   // paired branches) the same codes, each further slot its own (rows that route differently).
-  std::vector<int32_t> codes(static_cast<size_t>(prompt * c.audio.num_codebooks));
+  std::vector<int32_t> codes(
+      static_cast<size_t>(std::max(prompt, max_rows) * c.audio.num_codebooks));
   auto fill_codes = [&](int64_t shift) {
     for (size_t i = 0; i < codes.size(); ++i)
       codes[i] = static_cast<int32_t>((i * 7919 + shift * 104729) % c.audio.codebook_size);

@@ -53,5 +53,27 @@ TEST(BenchDecodeCli, StopBelowRealTimeRunsLanesInIncreasingOrderAndListsTheSkipp
   EXPECT_EQ(testing::count_lines(r.err), static_cast<int>(run.size())) << r.err;
 }
 
+// The backbone step at more rows than the bench's prompt (a busy server's steps, up to 512): the
+// workspace is reserved for them before the captured steps (a capture may not allocate), and a
+// count past 512 is refused by the command line.
+TEST(BenchDecodeCli, StepRowsBeyondThePromptRunAsGraphs) {
+  testing::ScratchDir dir("bench-decode-step-rows");
+  const std::string config = std::string(std::getenv("DRAMA_SOURCE_DIR")) + "/configs/tiny.json";
+  const testing::CliResult r =
+      run_drama("bench decode --synthetic " + quote(config) +
+                    " --step-rows 8,100 --frames 1 --repeats 1 --threads 2 --json out.json",
+                dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text_file(dir / "out.json"));
+  const auto& steps = j.at("backbone_step");
+  for (const char* name : {"batch1", "rows_8_graph", "rows_100_graph"})
+    EXPECT_TRUE(steps.contains(name)) << name;
+  EXPECT_EQ(steps.at("rows_100_graph").at("rows").get<int64_t>(), 100);
+  const testing::CliResult refused = run_drama(
+      "bench decode --synthetic " + quote(config) + " --step-rows 513 --frames 1", dir.path());
+  EXPECT_NE(refused.status, 0);
+  EXPECT_NE(refused.err.find("513"), std::string::npos) << refused.err;
+}
+
 }  // namespace
 }  // namespace drama
