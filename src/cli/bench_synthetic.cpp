@@ -522,13 +522,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     for (const auto& e : ex) table.push_back({e.gate, e.up, e.down});
     // Beyond two rows (a busy server's steps): every row its own k experts, spread evenly over the
     // stored ones (rows x k / n_stored pairs an expert).
-    const int64_t most_rows = b.name().rfind("cuda", 0) == 0 ? 512 : 2;
-    auto in = b.alloc(static_cast<size_t>(most_rows * H) * 4),
-         out = b.alloc(static_cast<size_t>(most_rows * k * H) * 4),
-         ids = b.alloc(static_cast<size_t>(most_rows * k) * 4),
-         wsp = b.alloc(
-             static_cast<size_t>(Backend::moe_workspace_floats(most_rows, k, H, I, n_stored)) * 4);
-    ws.zero(in->f32(), static_cast<size_t>(most_rows * H));
     const struct {
       const char* name;
       int64_t rows;
@@ -536,6 +529,19 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     } cases[] = {{"rows1", 1, false},    {"rows2_shared", 2, false}, {"rows2_disjoint", 2, true},
                  {"rows64", 64, true},   {"rows128", 128, true},     {"rows192", 192, true},
                  {"rows256", 256, true}, {"rows512", 512, true}};
+    // (The cases beyond two rows on CUDA only: on a CPU's cores they would take minutes each.)
+    size_t n_cases = 3;
+#ifdef DRAMA_WITH_CUDA
+    if (on_cuda) n_cases = std::size(cases);
+#endif
+    int64_t most_rows = 1;
+    for (size_t i = 0; i < n_cases; ++i) most_rows = std::max(most_rows, cases[i].rows);
+    auto in = b.alloc(static_cast<size_t>(most_rows * H) * 4),
+         out = b.alloc(static_cast<size_t>(most_rows * k * H) * 4),
+         ids = b.alloc(static_cast<size_t>(most_rows * k) * 4),
+         wsp = b.alloc(
+             static_cast<size_t>(Backend::moe_workspace_floats(most_rows, k, H, I, n_stored)) * 4);
+    ws.zero(in->f32(), static_cast<size_t>(most_rows * H));
     // (version, case, v3 in its own layout only): on CUDA version 3 also runs with its wide
     // layout off (names ending _v3_narrow), the layout rows pick otherwise (the same bits).
     struct ExpertRun {
@@ -544,11 +550,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       bool narrow;
     };
     std::vector<ExpertRun> expert_runs;
-    // (The cases beyond two rows on CUDA only: on a CPU's cores they would take minutes each.)
-    size_t n_cases = 3;
-#ifdef DRAMA_WITH_CUDA
-    if (on_cuda) n_cases = std::size(cases);
-#endif
     for (const int v : versions)
       for (size_t i = 0; i < n_cases; ++i) expert_runs.push_back({v, i, false});
 #ifdef DRAMA_WITH_CUDA
@@ -566,9 +567,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       std::vector<int32_t> choice;
       for (int64_t r = 0; r < cs.rows; ++r)
         for (int64_t j = 0; j < k; ++j)
-          choice.push_back(static_cast<int32_t>(((cs.disjoint ? r * k : 0) + j) * 13 % n_stored +
-                                                (cs.rows <= 2 ? 5 : 0)) %
-                           n_stored);
+          choice.push_back(
+              static_cast<int32_t>((j * 13 + (cs.disjoint ? r * k * 13 : 0) + 5) % n_stored));
       b.upload(ids->data(), choice.data(), choice.size() * 4);
       const auto* idx = static_cast<const int32_t*>(ids->data());
       std::vector<double> per;
@@ -613,16 +613,14 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   std::string experts_kernels = "the backend's";
 #ifdef DRAMA_WITH_CUDA
   if (on_cuda) {
-    const int64_t wide_rows = cuda::set_wide_rows(b, 0);
-    cuda::set_wide_rows(b, wide_rows);
     experts_kernels =
         "CUDA grouped expert kernels v" + std::to_string(default_version) +
         " (DRAMA_CUDA_EXPERTS) for the plain names; v1, v2 and v3 for the names ending "
         "_experts_v1/_v2/_v3 (backbone_step) and _v1/_v2/_v3 (expert_products_one_layer); v3 runs "
         "its wide layout " +
-        (wide_rows < 0   ? std::string("where the experts average 12 pairs or more")
-         : wide_rows > 0 ? "from " + std::to_string(wide_rows) + " rows on"
-                         : std::string("never")) +
+        (wide_default < 0   ? std::string("where the experts average 12 pairs or more")
+         : wide_default > 0 ? "from " + std::to_string(wide_default) + " rows on"
+                            : std::string("never")) +
         " (DRAMA_CUDA_WIDE_ROWS), and the names ending _v3_narrow are v3 with it off (the same "
         "bits)";
   }
