@@ -69,7 +69,9 @@ def text_tokens(config, text):
 
 
 class PairSampler:
-    """Model examples: (reference or None, target) utterances of one speaker, seeded."""
+    """Model examples: (reference or None, target) utterances of one speaker, seeded. The
+    training draws each step's batch from seed (recipe seed, step): reseed() starts that stream
+    without indexing the utterances again (55246 of them took 32 ms a step)."""
 
     def __init__(self, utterances, seed, drop_reference=0.15, max_frames=None):
         self.by_speaker = {}
@@ -79,6 +81,11 @@ class PairSampler:
         self.speakers = sorted(s for s, us in self.by_speaker.items() if len(us) >= 2)
         self.rng = random.Random(seed)
         self.drop_reference = drop_reference
+
+    def reseed(self, seed):
+        """The draws of PairSampler(same utterances, seed, ...)."""
+        self.rng.seed(seed)
+        return self
 
     def batch(self, size):
         out = []

@@ -22,7 +22,8 @@
 # with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3 minutes), then the model carry. A
 # chunk returns only what it changed: codec/, or model/.
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
-# DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk.
+# DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk (with
+# DRAMA_MODEL_SECONDS=S, the model stage's steps from the rate measured: S seconds of it).
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
 # DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG, DRAMA_TRAIN_RECIPE, and
 # DRAMA_CORPUS_DIR / DRAMA_DEBIAN_ROOT (default /tmp/drama-corpus, /tmp/drama-debian-root).
@@ -184,6 +185,23 @@ if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size (and eager vs 
     --recipe "$recipe" --device "$device" --json "$out/bench.json" ${DRAMA_TRAIN_BENCH_ARGS:-} | tee "$out/bench.log"
   echo "gpu-chunk: bench done at $(( $(date +%s) - start )) s" | tee -a "$out/bench.log"
   if [ "$DRAMA_TRAIN_BENCH" != first ]; then exit 0; fi  # =first: then the chunk as usual
+  if [ -n "${DRAMA_MODEL_SECONDS:-}" ]; then
+    # The model stage's length from the step rate just measured (the graphed step at the recipe's
+    # batch, with the attention the training uses): model.steps = rate x DRAMA_MODEL_SECONDS, in
+    # whole 500s, set before the stage starts (its cosine runs over it). Later chunks of the run
+    # pass the same `--set model.steps=N` (DRAMA_TRAIN_ARGS), and recipe-25.json records it.
+    steps=$("$py" - "$out/bench.json" "$recipe" "$DRAMA_MODEL_SECONDS" <<'PY'
+import json, sys
+bench, recipe, seconds = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
+rows = [m for m in bench["model"] if m["batch"] == recipe["model"]["batch"] and m["cuda_graph"]
+        and not m["graph_failed"]]
+fused = [m for m in rows if m.get("attention") == "sdpa"]
+print(int(min(m["steps_per_s"] for m in fused or rows) * seconds) // 500 * 500)
+PY
+)
+    DRAMA_TRAIN_ARGS="${DRAMA_TRAIN_ARGS:-} --set model.steps=$steps"
+    echo "gpu-chunk: model.steps=$steps for ${DRAMA_MODEL_SECONDS} s of the model stage" | tee -a "$out/device.txt"
+  fi
 fi
 left=$(( seconds - ($(date +%s) - start) ))
 until_args=()

@@ -24,10 +24,15 @@ import drama3  # noqa: E402
 import layout  # noqa: E402
 
 rms_norm, rope = drama3.rms_norm, drama3.rope
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")  # torch >= 2.0 (the GPU machine's 2.11)
 
 
 class Drama3Train:
-    def __init__(self, config, seed, device="cpu"):
+    def __init__(self, config, seed, device="cpu", attention="auto"):
+        """attention: "explicit" (scores, causal mask and softmax as written: the reference's
+        arithmetic, any torch), "sdpa" (F.scaled_dot_product_attention, causal: a fused kernel
+        that never writes the [B, heads, T, T] scores; torch >= 2.0) or "auto" (sdpa on CUDA
+        where torch has it, else explicit)."""
         self.config = config
         b, t, a = config["backbone"], config["tower"], config["audio"]
         self.b, self.t = b, t
@@ -38,6 +43,12 @@ class Drama3Train:
         values = layout.initial_values(layout.drama3_layout(config), generator)
         self.params = {n: torch.nn.Parameter(v.to(device)) for n, v in values.items()}
         self.device = device
+        if attention == "auto":
+            attention = "sdpa" if str(device).startswith("cuda") and HAS_SDPA else "explicit"
+        if attention == "sdpa" and not HAS_SDPA:
+            raise ValueError(f"attention 'sdpa' needs torch >= 2.0 (this is {torch.__version__})")
+        self.attention_kind = attention
+        self._masks = {}
 
     def w(self, name):
         return self.params[name]
@@ -52,7 +63,10 @@ class Drama3Train:
 
     # --- layers (batched over [B, T, H]) ---
 
-    def attention(self, x, prefix, shape, mask):
+    def attention(self, x, prefix, shape):
+        """Causal self-attention (every sequence here is causal: the backbone's prompt + frames,
+        the tower's codebook positions). Padding sits at the end of a sequence, so it changes
+        no real position."""
         bsz, t, _ = x.shape
         nh, nkv, hd = shape["num_heads"], shape["num_kv_heads"], shape["head_dim"]
         pos = torch.arange(t, device=x.device)
@@ -65,9 +79,20 @@ class Drama3Train:
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         k = k.repeat_interleave(nh // nkv, dim=1)
         v = v.repeat_interleave(nh // nkv, dim=1)
-        scores = q @ k.transpose(2, 3) / math.sqrt(hd) + mask
-        out = torch.softmax(scores, dim=-1) @ v
+        if self.attention_kind == "sdpa":
+            # One dtype for the fused kernel: v's, the projection's (bf16 under autocast, where
+            # rms_norm and rope give q and k in float32).
+            out = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=True)
+        else:
+            scores = q @ k.transpose(2, 3) / math.sqrt(hd) + self.causal_mask(t, x.device)
+            out = torch.softmax(scores, dim=-1) @ v
         return out.transpose(1, 2).reshape(bsz, t, nh * hd) @ self.w(prefix + ".o_proj.weight").T
+
+    def causal_mask(self, t, device):
+        key = (t, str(device))
+        if key not in self._masks:  # built once per length (a CUDA graph's step adds no copies)
+            self._masks[key] = torch.full((t, t), float("-inf"), device=device).triu(1)
+        return self._masks[key]
 
     def mlp(self, x, prefix):
         return (F.silu(x @ self.w(prefix + ".gate_proj.weight").T) *
@@ -86,15 +111,18 @@ class Drama3Train:
         # Every expert runs on every row and the combine weights are zero where an expert was not
         # chosen: with 12 small experts this costs a few extra products and no host reads (a
         # per-expert gather needs the row count of each expert on the host, 48 waits a step).
-        # Accumulated in float32 whatever autocast makes the expert products (bf16 on CUDA).
+        # The experts side by side are one wide MLP: gate and up [rows, experts x inter] in one
+        # product each, each expert's activations scaled by its combine weight, and the down
+        # products summed by one product over experts x inter (no [experts, rows, hidden]).
         combine = torch.zeros(h.shape[0], n, dtype=torch.float32, device=h.device).scatter(
             1, chosen, weights.to(torch.float32))
-        gate = torch.stack([self.w(f"{prefix}.experts.{e}.gate_proj.weight") for e in range(n)])
-        up = torch.stack([self.w(f"{prefix}.experts.{e}.up_proj.weight") for e in range(n)])
-        down = torch.stack([self.w(f"{prefix}.experts.{e}.down_proj.weight") for e in range(n)])
-        act = F.silu(torch.einsum("nh,eih->eni", h, gate)) * torch.einsum("nh,eih->eni", h, up)
-        y = torch.einsum("eni,ehi->enh", act, down)  # [experts, rows, hidden]
-        out = torch.einsum("enh,ne->nh", y.to(torch.float32), combine)
+        gate = torch.cat([self.w(f"{prefix}.experts.{e}.gate_proj.weight") for e in range(n)])
+        up = torch.cat([self.w(f"{prefix}.experts.{e}.up_proj.weight") for e in range(n)])
+        down = torch.cat([self.w(f"{prefix}.experts.{e}.down_proj.weight") for e in range(n)], dim=1)
+        inter = gate.shape[0] // n
+        act = F.silu(h @ gate.T) * (h @ up.T)  # [rows, experts x inter]
+        act = (act.view(-1, n, inter) * combine[:, :, None].to(act.dtype)).view(-1, n * inter)
+        out = act @ down.T
         if self.moe.get("shared_expert_intermediate_size", 0) > 0:
             gate = torch.sigmoid(h @ self.w(prefix + ".shared_expert_gate.weight").T)
             out = out + gate * self.mlp(h, prefix + ".shared_expert")
@@ -103,13 +131,13 @@ class Drama3Train:
         balance = n * (fraction * probs.mean(dim=0)).sum()
         return out.view(shape), balance
 
-    def stack(self, x, prefix, shape, layers, mask, dense_layers=None):
+    def stack(self, x, prefix, shape, layers, dense_layers=None):
         balance = 0.0
         eps = shape["rms_norm_eps"]
         for l in range(layers):
             p = f"{prefix}.layers.{l}"
             x = x + self.attention(rms_norm(x, self.w(p + ".input_norm.weight"), eps), p + ".attn",
-                                   shape, mask)
+                                   shape)
             h = rms_norm(x, self.w(p + ".post_attn_norm.weight"), eps)
             if dense_layers is None or l in dense_layers:
                 x = x + self.mlp(h, p + ".mlp")
@@ -131,9 +159,7 @@ class Drama3Train:
         """Losses of a batch (data.collate): codebook-0 cross-entropy over target frames + eos,
         tower cross-entropy over codebooks 1..K-1, MoE balance."""
         x = self.embed(batch["tokens"], batch["codes"], batch["is_audio"])
-        t = x.shape[1]
-        causal = torch.full((t, t), float("-inf"), device=x.device).triu(1)
-        h, balance = self.stack(x, "backbone", self.b, self.b["num_layers"], causal,
+        h, balance = self.stack(x, "backbone", self.b, self.b["num_layers"],
                                 self.moe.get("dense_layers", [0]))
         h = rms_norm(h, self.w("backbone.norm.weight"), self.b["rms_norm_eps"])
         sel = h[batch["pred_batch"], batch["pred_pos"]]  # [N, H] states predicting frames
@@ -147,8 +173,7 @@ class Drama3Train:
         rows = fc[:, :-1].clamp(min=0) + torch.arange(self.k - 1, device=fc.device) * (self.cs + 1)
         tin = torch.cat([sel[:, None], self.w("audio_embed.weight")[rows]], dim=1)
         tin = tin @ self.w("tower.input_proj.weight").T
-        tmask = torch.full((self.k, self.k), float("-inf"), device=x.device).triu(1)
-        out, _ = self.stack(tin, "tower", self.t, self.t["num_layers"], tmask)
+        out, _ = self.stack(tin, "tower", self.t, self.t["num_layers"])
         out = rms_norm(out, self.w("tower.norm.weight"), self.t["rms_norm_eps"])
         heads = self.w("tower.heads.weight")  # [K-1, cs, Ht]
         logits_t = torch.einsum("mkh,kch->mkc", out[:, 1:], heads)

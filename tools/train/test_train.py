@@ -142,6 +142,34 @@ class Parity(unittest.TestCase):
             self.assertTrue(grad is not None and bool(torch.isfinite(grad).all()), name)
         self.assertTrue(torch.isfinite(out["codebook0"]))
 
+    @unittest.skipUnless(model_lib.HAS_SDPA, "torch without scaled_dot_product_attention (< 2.0)")
+    def test_fused_attention_equals_attention_as_written(self):
+        """The GPU's fused causal attention (sdpa) gives the explicit path's losses and gradients
+        (run on the GPU machine's torch 2.x; Debian's torch 1.13 has no sdpa), padding included."""
+        config = tiny_config()
+        g = torch.Generator().manual_seed(4)
+        codes = lambda n: torch.randint(0, 64, (n, 8), generator=g)  # noqa: E731
+        examples = [({"tokens": [1, 2, 3], "codes": codes(3)}, {"tokens": [4], "codes": codes(4)}),
+                    (None, {"tokens": [5, 6], "codes": codes(2)})]
+        batch = data.collate(config, examples, "cpu", pad_to=(20, 16))
+        grads = {}
+        for kind in ("explicit", "sdpa"):
+            m = model_lib.Drama3Train(config, 5, "cpu", kind)
+            out = m.forward(batch)
+            (out["codebook0"] + out["tower"]).backward()
+            grads[kind] = (out, {n: p.grad for n, p in m.params.items()})
+        (a, ga), (b, gb) = grads["explicit"], grads["sdpa"]
+        for name in ("logits0", "logits_tower"):
+            self.assertLess(relative_l2(b[name], a[name]), 1e-5, name)
+        for name in ("backbone.layers.1.attn.q_proj.weight", "tower.layers.0.attn.k_proj.weight"):
+            self.assertLess(relative_l2(gb[name], ga[name]), 1e-4, name)
+
+    def test_sdpa_is_refused_where_torch_lacks_it(self):
+        if model_lib.HAS_SDPA:
+            self.skipTest("this torch has sdpa")
+        with self.assertRaisesRegex(ValueError, "sdpa"):
+            model_lib.Drama3Train(tiny_config(), 1, "cpu", "sdpa")
+
     def test_training_codec_decodes_as_the_reference(self):
         config = tiny_config()
         c = codec_lib.Codec(config["codec"], 4)
@@ -277,6 +305,16 @@ class GraphSafety(unittest.TestCase):
                     q = sum(c._codebook(prefix, i)[codes[..., first + i]] for i in range(count))
                     expected = expected + c.model.project(q.transpose(1, 2), prefix + ".output_proj.weight")
                 self.assertLess(relative_l2(emb, expected), 1e-6, n_q)
+
+
+class Sampler(unittest.TestCase):
+    def test_reseeded_sampler_draws_what_a_new_one_draws(self):
+        utterances = [{"speaker": f"s{i % 3}", "tokens": [i], "codes": [[0] * 8] * (i % 7 + 1)}
+                      for i in range(30)]
+        one = data.PairSampler(utterances, 0, 0.3, 5)
+        for seed in (11, 12, 11):
+            fresh = data.PairSampler(utterances, seed, 0.3, 5).batch(6)
+            self.assertEqual(one.reseed(seed).batch(6), fresh)
 
 
 class Monitor(unittest.TestCase):

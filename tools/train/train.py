@@ -438,10 +438,10 @@ def train_model(args, config, recipe, deadline):
     # every example's frames + eos as predicting rows.
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
     pad_to = (2 * longest, r["batch"] * (r["max_frames"] + 1))
+    sampler = data.PairSampler(utterances, 0, r["drop_reference"], r["max_frames"])
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
-        sampler = data.PairSampler(utterances, recipe["seed"] * 1_000_003 + step,
-                                   r["drop_reference"], r["max_frames"])
+        sampler.reseed(recipe["seed"] * 1_000_003 + step)
         batch = data.collate(config, sampler.batch(r["batch"]), "cpu", pad_to if graphed else None)
         lr = lr_at(step, r["steps"], r["lr"], r["warmup"])
         if rewarm_from:  # resumed without optimizer moments: warm up again
@@ -580,11 +580,12 @@ class HeldoutMonitor:
 # ----------------------------------------------------------------------------------------------
 
 
-def model_trainer(config, seed, r, device, graphed):
+def model_trainer(config, seed, r, device, graphed, attention="auto"):
     """The model, its optimizer, the step function and, graphed, its GraphedStep (else None).
     A CUDA graph bakes a float learning rate in: graphed, the rate is a device tensor that each
-    step fills (AdamW takes a tensor rate when capturable). Training and `bench` start here."""
-    m = model_lib.Drama3Train(config, seed, device)
+    step fills (AdamW takes a tensor rate when capturable). Training and `bench` start here;
+    attention as model.Drama3Train's (bench compares them)."""
+    m = model_lib.Drama3Train(config, seed, device, attention)
     lr0 = torch.tensor(r["lr"], device=device) if graphed else r["lr"]
     opt = torch.optim.AdamW(m.params.values(), lr=lr0, betas=(0.9, 0.95),
                             weight_decay=r["weight_decay"], capturable=graphed)
@@ -691,7 +692,8 @@ def bench_steps(args, config, recipe):
     result = {"device": torch.cuda.get_device_name() if device.startswith("cuda") else "cpu",
               "torch": torch.__version__, "codec": [], "model": []}
     rc, rm = recipe["codec"], recipe["model"]
-    waves = data.load_audio(args.corpus, data.read_corpus(args.corpus, "train")[:2000])
+    codec_batches = [int(b) for b in args.batches_codec.split(",") if b]  # "": no codec (no corpus)
+    waves = data.load_audio(args.corpus, data.read_corpus(args.corpus, "train")[:2000]) if codec_batches else []
     spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
 
     def timed(step, warm=min(5, args.bench_steps), count=args.bench_steps):
@@ -705,7 +707,7 @@ def bench_steps(args, config, recipe):
         return count / (time.time() - t0)
 
     variants = (False, True) if device.startswith("cuda") else (False,)
-    for batch in [int(b) for b in args.batches_codec.split(",")]:
+    for batch in codec_batches:
         for adv in (False, True):
             for graphed in variants:  # eager and CUDA graph side by side, one run
                 codec, _, _, _, fn, runner = codec_trainer(
@@ -734,28 +736,32 @@ def bench_steps(args, config, recipe):
         n = round(g.randint(40, 110) * per_frame)
         utterances.append({"speaker": f"s{i % 20}", "tokens": [g.randrange(256) for _ in range(g.randint(40, 110))],
                            "codes": torch.randint(0, cs, (n, k))})
-    longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
-    for batch in [int(b) for b in args.batches_model.split(",")]:
-        for graphed in variants:  # eager (unpadded batches) and CUDA graph (fixed shapes)
-            _, _, fn, runner = model_trainer(config, 1, rm, device, graphed)
-            pad_to = (2 * longest, batch * (rm["max_frames"] + 1))
-            counter = [0]
+    # Padded as the training pads: twice its longest utterance, which model.max_positions bounds.
+    longest = rm.get("max_positions") or max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
+    # Attention as written and fused (model.Drama3Train), side by side where torch has the fused.
+    attentions = ("explicit", "sdpa") if device.startswith("cuda") and model_lib.HAS_SDPA else ("explicit",)
+    sampler = data.PairSampler(utterances, 0, rm["drop_reference"], rm["max_frames"])
+    for batch, graphed, attention in [(int(b), g_, a) for b in args.batches_model.split(",") if b
+                                      for g_ in variants for a in attentions]:
+        _, _, fn, runner = model_trainer(config, 1, rm, device, graphed, attention)
+        pad_to = (2 * longest, batch * (rm["max_frames"] + 1))
+        counter = [0]
 
-            def step():
-                counter[0] += 1
-                sampler = data.PairSampler(utterances, counter[0], rm["drop_reference"], rm["max_frames"])
-                b = data.collate(config, sampler.batch(batch), "cpu", pad_to if graphed else None)
-                if runner is not None:
-                    runner(None, {n: t.pin_memory() for n, t in b.items()})
-                else:
-                    fn(None, {n: t.to(device) for n, t in b.items()})
-            rate = timed(step)
-            result["model"].append({"batch": batch, "cuda_graph": graphed,
-                                    "graph_failed": runner.failed if runner else None,
-                                    "steps_per_s": round(rate, 2), "examples_per_s": round(rate * batch, 1)})
-            if args.profile and not graphed:
-                result["model"][-1]["profile"] = profile_steps(step, args.profile, device)
-            print("bench model", result["model"][-1], flush=True)
+        def step():
+            counter[0] += 1
+            b = data.collate(config, sampler.reseed(counter[0]).batch(batch), "cpu",
+                             pad_to if graphed else None)
+            if runner is not None:
+                runner(None, {n: t.pin_memory() for n, t in b.items()})
+            else:
+                fn(None, {n: t.to(device) for n, t in b.items()})
+        rate = timed(step)
+        result["model"].append({"batch": batch, "cuda_graph": graphed, "attention": attention,
+                                "graph_failed": runner.failed if runner else None,
+                                "steps_per_s": round(rate, 2), "examples_per_s": round(rate * batch, 1)})
+        if args.profile and not graphed:
+            result["model"][-1]["profile"] = profile_steps(step, args.profile, device)
+        print("bench model", result["model"][-1], flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
