@@ -193,8 +193,9 @@ if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size (and eager vs 
     steps=$("$py" - "$out/bench.json" "$recipe" "$DRAMA_MODEL_SECONDS" <<'PY'
 import json, sys
 bench, recipe, seconds = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
-rows = [m for m in bench["model"] if m["batch"] == recipe["model"]["batch"] and m["cuda_graph"]
-        and not m["graph_failed"]]
+mine = [m for m in bench["model"] if m["batch"] == recipe["model"]["batch"]]
+graphed = [m for m in mine if m["cuda_graph"] and not m["graph_failed"]]  # what the training runs
+rows = graphed if recipe["model"].get("cuda_graph") and graphed else [m for m in mine if not m["cuda_graph"]]
 fused = [m for m in rows if m.get("attention") == "sdpa"]
 print(int(min(m["steps_per_s"] for m in fused or rows) * seconds) // 500 * 500)
 PY

@@ -150,10 +150,14 @@ class Drama3Train:
 
     def embed(self, tokens, codes, is_audio):
         """tokens [B, T] (text ids), codes [B, T, K], is_audio [B, T] -> [B, T, H]."""
-        text = self.w("text_embed.weight")[tokens.clamp(min=0)]
+        # F.embedding / embedding_bag, not indexing: the backward of `weight[ids]` (index_put_ with
+        # accumulate) walks repeated ids one by one, and padding repeats id 0 tens of thousands
+        # of times a batch; on the H200 it was the step's largest cost (33 ms of about 170,
+        # results/train-bench-model-h200.json).
+        text = F.embedding(tokens.clamp(min=0), self.w("text_embed.weight"))
         rows = codes + torch.arange(self.k, device=codes.device) * (self.cs + 1)
-        audio = self.w("audio_embed.weight")[rows].sum(dim=2)
-        return torch.where(is_audio[..., None], audio, text)
+        audio = F.embedding_bag(rows.reshape(-1, self.k), self.w("audio_embed.weight"), mode="sum")
+        return torch.where(is_audio[..., None], audio.view(*codes.shape[:2], -1), text)
 
     def forward(self, batch):
         """Losses of a batch (data.collate): codebook-0 cross-entropy over target frames + eos,
@@ -171,7 +175,7 @@ class Drama3Train:
         fc = batch["target_codes"]  # [N, K]
         real = (batch["target_c0"] != self.eos_code) & (batch["target_c0"] >= 0)
         rows = fc[:, :-1].clamp(min=0) + torch.arange(self.k - 1, device=fc.device) * (self.cs + 1)
-        tin = torch.cat([sel[:, None], self.w("audio_embed.weight")[rows]], dim=1)
+        tin = torch.cat([sel[:, None], F.embedding(rows, self.w("audio_embed.weight"))], dim=1)
         tin = tin @ self.w("tower.input_proj.weight").T
         out, _ = self.stack(tin, "tower", self.t, self.t["num_layers"])
         out = rms_norm(out, self.w("tower.norm.weight"), self.t["rms_norm_eps"])
