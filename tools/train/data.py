@@ -96,6 +96,41 @@ class PairSampler:
         return out
 
 
+def example_positions(example):
+    """Positions of a (reference or None, target) example's sequence: text + bos/eos + frames of
+    each utterance (spec section 6)."""
+    return sum(len(u["tokens"]) + 2 + len(u["codes"]) for u in example if u is not None)
+
+
+def step_batch(sampler, seed, step, size, group=1):
+    """The examples of training step `step`. group 1: `size` draws from seed + step (the batches
+    of runs 1-5). group G: the G steps from G * (step // G) share one draw of G x size examples
+    from seed + that first step, sorted by length and cut into G batches, taken in an order drawn
+    from the same stream: each batch holds examples of similar length (padded to its own longest,
+    it wastes little), and a step's batch still depends on its step alone (chunks may end
+    anywhere)."""
+    if group <= 1:
+        return sampler.reseed(seed + step).batch(size)
+    first = step - step % group
+    pool = sampler.reseed(seed + first).batch(size * group)
+    order = sampler.rng.sample(range(group), group)
+    ranked = sorted(range(len(pool)), key=lambda i: (example_positions(pool[i]), i))
+    part = order[step - first]
+    return [pool[i] for i in ranked[part * size:(part + 1) * size]]
+
+
+def padded_shape(examples, bucket, most, max_frames):
+    """(positions, predicting rows) for collate's pad_to: the batch's longest sequence rounded up
+    to a multiple of `bucket` (0: always `most`, one shape for every batch), at most `most`; and
+    min(max_frames + 1, positions) predicting rows per example (an example predicts its target's
+    frames + eos, no more than max_frames + 1 and no more than its positions). A CUDA graph is
+    captured per shape, so the buckets bound how many there are."""
+    positions = most
+    if bucket:
+        positions = min(most, -(-max(example_positions(e) for e in examples) // bucket) * bucket)
+    return positions, len(examples) * min(max_frames + 1, positions)
+
+
 def collate(config, examples, device, pad_to=None):
     """Padded batch for model.Drama3Train.forward (spec section 6 layout). An example's codes
     may be a list of frames or an int tensor [frames, K]. pad_to=(positions, predicting rows)

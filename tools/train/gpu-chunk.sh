@@ -187,13 +187,15 @@ if [ -n "${DRAMA_TRAIN_BENCH:-}" ]; then  # steps/s by batch size (and eager vs 
   if [ "$DRAMA_TRAIN_BENCH" != first ]; then exit 0; fi  # =first: then the chunk as usual
   if [ -n "${DRAMA_MODEL_SECONDS:-}" ]; then
     # The model stage's length from the step rate just measured (the graphed step at the recipe's
-    # batch, with the attention the training uses): model.steps = rate x DRAMA_MODEL_SECONDS, in
+    # batch, grouping and bucket, with the attention the training uses): model.steps = rate x DRAMA_MODEL_SECONDS, in
     # whole 500s, set before the stage starts (its cosine runs over it). Later chunks of the run
     # pass the same `--set model.steps=N` (DRAMA_TRAIN_ARGS), and recipe-25.json records it.
     steps=$("$py" - "$out/bench.json" "$recipe" "$DRAMA_MODEL_SECONDS" <<'PY'
 import json, sys
 bench, recipe, seconds = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), float(sys.argv[3])
-mine = [m for m in bench["model"] if m["batch"] == recipe["model"]["batch"]]
+r = recipe["model"]  # the rows of the batch, grouping and bucket the training will use
+mine = [m for m in bench["model"] if m["batch"] == r["batch"] and m.get("group", 1) == r.get("group", 1)
+        and m.get("bucket", 0) == r.get("bucket", 0)]
 graphed = [m for m in mine if m["cuda_graph"] and not m["graph_failed"]]  # what the training runs
 rows = graphed if recipe["model"].get("cuda_graph") and graphed else [m for m in mine if not m["cuda_graph"]]
 fused = [m for m in rows if m.get("attention") == "sdpa"]

@@ -317,6 +317,48 @@ class Sampler(unittest.TestCase):
             self.assertEqual(one.reseed(seed).batch(6), fresh)
 
 
+class Batches(unittest.TestCase):
+    def utterances(self):
+        return [{"speaker": f"s{i % 3}", "tokens": [1] * (i % 5 + 1), "codes": [[0] * 8] * (i % 7 + 1)}
+                for i in range(60)]
+
+    def test_one_step_a_draw_is_the_batches_of_runs_1_to_5(self):
+        sampler = data.PairSampler(self.utterances(), 0, 0.3, 6)
+        for step in (0, 7, 3):
+            mine = data.step_batch(sampler, 100, step, 4)
+            self.assertEqual(mine, data.PairSampler(self.utterances(), 100 + step, 0.3, 6).batch(4))
+
+    def test_grouped_batches_partition_one_draw_by_length_and_depend_on_their_step_alone(self):
+        utterances = self.utterances()
+        sampler = data.PairSampler(utterances, 0, 0.3, 6)
+        group, size = 4, 5
+        batches = {s: data.step_batch(sampler, 9, s, size, group) for s in (6, 4, 7, 5)}  # out of order
+        again = {s: data.step_batch(sampler, 9, s, size, group) for s in (4, 5, 6, 7)}
+        self.assertEqual(batches, again)
+        pool = data.PairSampler(utterances, 9 + 4, 0.3, 6).batch(size * group)
+        drawn = sorted(id(e[1]) for b in batches.values() for e in b)
+        self.assertEqual(drawn, sorted(id(e[1]) for e in pool))
+        spans = sorted((min(map(data.example_positions, b)), max(map(data.example_positions, b)))
+                       for b in batches.values())
+        for (_, hi), (lo, _) in zip(spans, spans[1:]):
+            self.assertLessEqual(hi, lo)  # sorted by length: the batches do not overlap
+
+    def test_padded_shape_holds_every_batch_it_is_given(self):
+        config = tiny_config()
+        g = torch.Generator().manual_seed(3)
+        utterances = [{"speaker": f"s{i % 2}", "tokens": [1] * (i % 9 + 1),
+                       "codes": torch.randint(0, 64, (i % 11 + 1, 8), generator=g)} for i in range(40)]
+        sampler = data.PairSampler(utterances, 0, 0.2, 11)
+        for step in range(12):
+            examples = data.step_batch(sampler, 0, step, 3, 4)
+            positions, rows = data.padded_shape(examples, 8, 48, 11)
+            self.assertEqual(positions % 8, 0)
+            self.assertGreaterEqual(positions, max(map(data.example_positions, examples)))
+            batch = data.collate(config, examples, "cpu", (positions, rows))  # raises if short
+            self.assertEqual(tuple(batch["tokens"].shape), (3, positions))
+        self.assertEqual(data.padded_shape(examples, 0, 48, 11), (48, 3 * 12))
+
+
 class Monitor(unittest.TestCase):
     def test_best_weights_and_patience_carry_across_chunks(self):
         config = train.load_json(TINY)
@@ -387,8 +429,11 @@ class Pipeline(unittest.TestCase):
             with open(out) as f:
                 result = json.load(f)
             self.assertEqual(len(result["codec"]), 2)  # before and with the discriminator
-            (model,) = result["model"]
+            model, grouped = result["model"]  # one shape, then grouped by length (8,128)
+            self.assertEqual((model["group"], model["bucket"], grouped["group"], grouped["bucket"]),
+                             (1, 0, 8, 128))
             self.assertGreater(model["steps_per_s"], 0)
+            self.assertGreater(grouped["steps_per_s"], 0)
             prof = model["profile"]
             self.assertEqual(prof["steps"], 2)
             self.assertTrue(prof["top"])

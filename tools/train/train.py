@@ -434,15 +434,17 @@ def train_model(args, config, recipe, deadline):
     everything = load_codes(args.work)
     utterances = trainable(everything, r)
     monitor = HeldoutMonitor(folder, config, r, everything, recipe["seed"], device)
-    # Fixed shapes for every batch: the longest pair of utterances the sampler can draw, and
-    # every example's frames + eos as predicting rows.
+    # Shapes: graphed (or with model.bucket), every batch is padded to a multiple of model.bucket
+    # positions (0: to the longest pair of utterances the sampler can draw, one shape), a CUDA
+    # graph per shape; model.group steps share one draw sorted by length (data.step_batch).
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
-    pad_to = (2 * longest, r["batch"] * (r["max_frames"] + 1))
+    group, bucket = r.get("group", 1), r.get("bucket", 0)
     sampler = data.PairSampler(utterances, 0, r["drop_reference"], r["max_frames"])
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
-        sampler.reseed(recipe["seed"] * 1_000_003 + step)
-        batch = data.collate(config, sampler.batch(r["batch"]), "cpu", pad_to if graphed else None)
+        examples = data.step_batch(sampler, recipe["seed"] * 1_000_003, step, r["batch"], group)
+        shape = data.padded_shape(examples, bucket, 2 * longest, r["max_frames"]) if graphed or bucket else None
+        batch = data.collate(config, examples, "cpu", shape)
         lr = lr_at(step, r["steps"], r["lr"], r["warmup"])
         if rewarm_from:  # resumed without optimizer moments: warm up again
             lr *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
@@ -452,7 +454,7 @@ def train_model(args, config, recipe, deadline):
             else:
                 g["lr"] = lr
         if runner is not None:
-            losses = runner(None, {n: t.pin_memory() for n, t in batch.items()})
+            losses = runner(shape[0], {n: t.pin_memory() for n, t in batch.items()})
         else:
             losses = step_fn(None, {n: t.to(device) for n, t in batch.items()})
         step += 1
@@ -738,26 +740,34 @@ def bench_steps(args, config, recipe):
                            "codes": torch.randint(0, cs, (n, k))})
     # Padded as the training pads: twice its longest utterance, which model.max_positions bounds.
     longest = rm.get("max_positions") or max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
-    # Attention as written and fused (model.Drama3Train), side by side where torch has the fused.
+    # Attention as written and fused (model.Drama3Train), side by side where torch has the fused;
+    # batches padded to one shape and grouped by length into bucketed shapes (--grouped G,B:
+    # model.group and model.bucket), each eager and as CUDA graphs.
     attentions = ("explicit", "sdpa") if device.startswith("cuda") and model_lib.HAS_SDPA else ("explicit",)
+    layouts = [(1, 0)] + ([tuple(int(v) for v in args.grouped.split(","))] if args.grouped else [])
     sampler = data.PairSampler(utterances, 0, rm["drop_reference"], rm["max_frames"])
-    for batch, graphed, attention in [(int(b), g_, a) for b in args.batches_model.split(",") if b
-                                      for g_ in variants for a in attentions]:
+    for batch, (group, bucket), graphed, attention in [
+            (int(b), lay, g_, a) for b in args.batches_model.split(",") if b for lay in layouts
+            for g_ in variants for a in attentions]:
         _, _, fn, runner = model_trainer(config, 1, rm, device, graphed, attention)
-        pad_to = (2 * longest, batch * (rm["max_frames"] + 1))
         counter = [0]
 
         def step():
             counter[0] += 1
-            b = data.collate(config, sampler.reseed(counter[0]).batch(batch), "cpu",
-                             pad_to if graphed else None)
+            examples = data.step_batch(sampler, 0, counter[0], batch, group)
+            shape = (data.padded_shape(examples, bucket, 2 * longest, rm["max_frames"])
+                     if graphed or bucket else None)  # eager and unbucketed: unpadded
+            b = data.collate(config, examples, "cpu", shape)
             if runner is not None:
-                runner(None, {n: t.pin_memory() for n, t in b.items()})
+                runner(shape[0], {n: t.pin_memory() for n, t in b.items()})
             else:
                 fn(None, {n: t.to(device) for n, t in b.items()})
-        rate = timed(step)
-        result["model"].append({"batch": batch, "cuda_graph": graphed, "attention": attention,
-                                "graph_failed": runner.failed if runner else None,
+        # every shape captured (graphed) or planned (cuDNN's attention) before the timing
+        shapes = -(-2 * longest // bucket) if bucket else 1
+        rate = timed(step, warm=shapes * (4 if graphed else 1) + min(5, args.bench_steps))
+        result["model"].append({"batch": batch, "group": group, "bucket": bucket, "cuda_graph": graphed,
+                                "attention": attention, "graph_failed": runner.failed if runner else None,
+                                "graphs": len(runner.graphs) if runner else None,
                                 "steps_per_s": round(rate, 2), "examples_per_s": round(rate * batch, 1)})
         if args.profile and not graphed:
             result["model"][-1]["profile"] = profile_steps(step, args.profile, device)
@@ -818,6 +828,8 @@ def main(argv=None):
     p.add_argument("--decoded", action="store_true",
                    help="eval-codec: score the decodes already in WORK/codec/eval (no codec weights)")
     p.add_argument("--bench-steps", type=int, default=20, help="bench: timed steps per setting")
+    p.add_argument("--grouped", default="8,128",
+                   help="bench: also time batches grouped by length, G,B (model.group, model.bucket); '' not")
     p.add_argument("--profile", type=int, default=0,
                    help="bench: profile this many eager model steps per batch size (torch.profiler)")
     args = p.parse_args(argv)
