@@ -152,7 +152,8 @@ class Drama3Train:
         """tokens [B, T] (text ids), codes [B, T, K], is_audio [B, T] -> [B, T, H]."""
         # F.embedding / embedding_bag, not indexing: the backward of `weight[ids]` (index_put_ with
         # accumulate) walks repeated ids one by one, and padding repeats id 0 tens of thousands
-        # of times a batch; on the H200 it was the step's largest cost (33 ms of about 170,
+        # of times a batch; on the H200 its 4 calls a step (these 3 and forward's gather of the
+        # predicting states) were the step's largest cost (33 ms of about 170,
         # results/train-bench-model-h200.json).
         text = F.embedding(tokens.clamp(min=0), self.w("text_embed.weight"))
         rows = codes + torch.arange(self.k, device=codes.device) * (self.cs + 1)
@@ -166,7 +167,9 @@ class Drama3Train:
         h, balance = self.stack(x, "backbone", self.b, self.b["num_layers"],
                                 self.moe.get("dense_layers", [0]))
         h = rms_norm(h, self.w("backbone.norm.weight"), self.b["rms_norm_eps"])
-        sel = h[batch["pred_batch"], batch["pred_pos"]]  # [N, H] states predicting frames
+        # [N, H] states predicting frames, gathered as an embedding of the flat positions (the
+        # padding rows all read position 0 of row 0: see embed()).
+        sel = F.embedding(batch["pred_batch"] * h.shape[1] + batch["pred_pos"], h.reshape(-1, h.shape[-1]))
         logits0 = sel @ self.w("codebook0_head.weight").T
         loss0 = F.cross_entropy(logits0, batch["target_c0"], ignore_index=-100)  # -100: padding
         # Tower: frames that are not eos (nor padding rows of a fixed-shape batch); positions
