@@ -35,13 +35,20 @@ import sentences  # noqa: E402
 # Run 4 (25 frames/s, revision c9b87cd4, bundled 2026-12-04), measured on the 2-vCPU Zen 5 VM:
 # espeak-klatt2-a 0.936 on the AVX-512 path and on the forced AVX2 path alike (DRAMA_CPU_ISA=avx2),
 # festival-slt-a 0.993, kal 1.085, ked 1.071 on these 20 sentences.
-MAX_WER = 0.99
+# Run 5 (the same codec, a model trained 8000 steps; revision fc82570e, bundled 2026-12-04),
+# on the 2-vCPU Zen 5 VM: festival-kal-a 0.809 (AVX-512) and 0.830 (forced AVX2: the paths'
+# bytes differ, so their samples do), ked 0.816, slt 0.872, espeak-klatt2-a 0.915. The bound is
+# tightened from 0.99 to 0.92: 9 points above both paths' figures for sampling differences
+# between CPU paths, and below what run 4 (1.085 with this voice) and the random model (1.00)
+# give, so a return to either fails.
+MAX_WER = 0.92
 
 SENTENCES = 20
 # The built-in voice drama-mini says the 300 held-out sentences best with (the evaluation of the
 # bundled model, results/eval-drama-mini-300.json; chosen by that rule, docs/training.md). It was
-# festival-slt-a for run 3, which pocketsphinx follows best in the source audio.
-VOICE = "espeak-klatt2-a"
+# festival-slt-a for run 3, which pocketsphinx follows best in the source audio, espeak-klatt2-a
+# for run 4, and is festival-kal-a for run 5 (84.4% against 85.8-86.4% for the others).
+VOICE = "festival-kal-a"
 SEED = 1
 GAMMA = 1.5
 MAX_DURATION_S = 12
