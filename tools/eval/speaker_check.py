@@ -9,7 +9,14 @@ utterance and (b) the next M training utterances of every speaker (sentences it 
 Printed / written: accuracy per set, per speaker, per voice (a voice's pitch/rate settings
 counted as one, to tell "wrong setting of the right voice" from "wrong voice"), and the most
 frequent confusions. This is the instrument's own accuracy: drama-mini's cloning figure means
-little where the classifier cannot tell the source speakers apart."""
+little where the classifier cannot tell the source speakers apart.
+
+With --codec DIR (a checkpoint's codec/ folder: config.json + model.safetensors), the first
+--codec-per-speaker held-out utterances of every speaker are also scored after a round trip
+through that codec (encode to 8 codebooks, decode; tools/reference/mimi.py, the arithmetic the
+engine's parity tests hold it to), beside the same utterances as recorded: how much of a
+speaker's identity, as the classifier sees it, survives the codec, which bounds what any model
+speaking through it can clone."""
 
 import argparse
 import collections
@@ -45,11 +52,41 @@ def score(clf, rows, corpus):
     }
 
 
+def codec_round_trip(clf, rows, corpus, codec_dir):
+    """Accuracy on rows as recorded and after encode + decode through the codec at codec_dir."""
+    import numpy as np
+    import torch
+    sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+    sys.path.insert(0, os.path.join(HERE, "..", "corpus"))
+    import audio  # noqa: E402
+    import mimi  # noqa: E402
+    codec = mimi.Mimi(codec_dir)
+    rate = codec.c.sampling_rate
+    feats = []
+    with torch.no_grad():
+        for r in rows:
+            x, got = audio.read_wav(os.path.join(corpus, r["path"]))
+            x = audio.resample(x, got, rate) if got != rate else x
+            codes, _ = codec.encode(torch.from_numpy(np.asarray(x, dtype=np.float32)), 8)
+            y = codec.decode(codes).numpy()
+            feats.append(speaker_id.features(audio.resample(y, rate, 16000), 16000))
+    truth = [r["speaker"] for r in rows]
+    recorded = score(clf, rows, corpus)
+    pred = clf.predict(feats)
+    through = round(sum(p_ == t for p_, t in zip(pred, truth)) / len(rows), 4)
+    return {"utterances": len(rows), "accuracy_recorded": recorded["accuracy"],
+            "accuracy_through_codec": through,
+            "voice_accuracy_through_codec": round(
+                sum(source_wer.voice_of(p_) == source_wer.voice_of(t) for p_, t in zip(pred, truth)) / len(rows), 4)}
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", required=True)
     p.add_argument("--train-per-speaker", type=int, default=40)
     p.add_argument("--test-per-speaker", type=int, default=40)
+    p.add_argument("--codec", help="also score held-out utterances through this codec folder")
+    p.add_argument("--codec-per-speaker", type=int, default=4)
     p.add_argument("--json")
     args = p.parse_args(argv)
     start = time.time()
@@ -74,10 +111,19 @@ def main(argv=None):
                      "features": "mean/std of 13 MFCCs and deltas at 16 kHz; logistic regression"},
         "heldout": score(clf, heldout, args.corpus) if heldout else None,
         "unseen_train_sentences": score(clf, unseen, args.corpus) if unseen else None,
+        "codec_round_trip": None,
         "seconds": None,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": platform.machine(),
     }
+    if args.codec:
+        picked, per = [], collections.Counter()
+        for r in heldout:  # the first codec_per_speaker held-out utterances of each speaker
+            per[r["speaker"]] += 1
+            if per[r["speaker"]] <= args.codec_per_speaker:
+                picked.append(r)
+        result["codec_round_trip"] = codec_round_trip(clf, picked, args.corpus, args.codec)
+        result["settings"]["codec_per_speaker"] = args.codec_per_speaker
     result["seconds"] = round(time.time() - start, 1)
     text = json.dumps(result, indent=1)
     print(text)

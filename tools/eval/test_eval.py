@@ -48,6 +48,9 @@ def make_corpus(root, speakers, train, heldout):
         f.write("\n".join(lines) + "\n")
 
 
+CODEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "drama-mini", "codec")
+
+
 class SpeakerCheck(unittest.TestCase):
     def test_distinct_speakers_are_named_and_settings_of_one_voice_count_as_the_voice(self):
         speakers = {"low-a": (110, 0.6), "low-b": (112, 0.6), "high-a": (260, 0.3)}
@@ -65,6 +68,20 @@ class SpeakerCheck(unittest.TestCase):
                 self.assertEqual(r[part]["per_speaker"]["high-a"], 1.0)
                 self.assertEqual(r[part]["voice_accuracy"], 1.0)
             self.assertFalse(os.path.exists(out + ".partial"))
+
+    @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
+    def test_codec_round_trip_scores_the_same_utterances_recorded_and_decoded(self):
+        speakers = {"low-a": (110, 0.6), "high-a": (260, 0.3)}
+        with tempfile.TemporaryDirectory() as d:
+            make_corpus(d, speakers, train=8, heldout=3)
+            out = os.path.join(d, "check.json")
+            self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
+                                                 "--test-per-speaker", "2", "--codec", CODEC,
+                                                 "--codec-per-speaker", "2", "--json", out]), 0)
+            r = json.load(open(out))["codec_round_trip"]
+            self.assertEqual(r["utterances"], 4)  # the first 2 held-out of each speaker
+            self.assertEqual(r["accuracy_recorded"], 1.0)
+            self.assertTrue(0.0 <= r["accuracy_through_codec"] <= 1.0)
 
     def test_classifier_is_deterministic(self):
         rng = np.random.default_rng(1)
