@@ -13,10 +13,10 @@ little where the classifier cannot tell the source speakers apart.
 
 With --codec DIR (a checkpoint's codec/ folder: config.json + model.safetensors), the first
 --codec-per-speaker held-out utterances of every speaker are also scored after a round trip
-through that codec (encode to 8 codebooks, decode; tools/reference/mimi.py, the arithmetic the
-engine's parity tests hold it to), beside the same utterances as recorded: how much of a
-speaker's identity, as the classifier sees it, survives the codec, which bounds what any model
-speaking through it can clone."""
+through that codec (encode to every codebook, decode: tools/train/codec.py, whose decode
+test_train holds to tools/reference/mimi.py) and through its autoencoder alone, beside the same
+utterances as recorded: how much of a speaker's identity, as the classifier sees it, survives
+the codec, which bounds what any model speaking through it can clone."""
 
 import argparse
 import collections
@@ -53,31 +53,38 @@ def score(clf, rows, corpus):
 
 
 def codec_round_trip(clf, rows, corpus, codec_dir):
-    """Accuracy on rows as recorded and after encode + decode through the codec at codec_dir."""
+    """Accuracy on rows as recorded, after encode + decode through the codec at codec_dir, and
+    through its autoencoder alone (the quantizer's projections without the codebooks: where the
+    first loses a speaker and the second does not, the codebooks are what lose it)."""
     import numpy as np
     import torch
-    sys.path.insert(0, os.path.join(HERE, "..", "reference"))
-    sys.path.insert(0, os.path.join(HERE, "..", "corpus"))
+    for sub in ("reference", "corpus", "train"):
+        sys.path.insert(0, os.path.join(HERE, "..", sub))
     import audio  # noqa: E402
-    import mimi  # noqa: E402
-    codec = mimi.Mimi(codec_dir)
-    rate = codec.c.sampling_rate
-    feats = []
+    import codec as codec_lib  # noqa: E402
+    import safetensors_io  # noqa: E402
+    with open(os.path.join(codec_dir, "config.json")) as f:
+        config = json.load(f)
+    codec = codec_lib.Codec(config, 0)
+    codec.load(safetensors_io.load(os.path.join(codec_dir, "model.safetensors"))[0])
+    rate = config["sampling_rate"]
+    feats = {"through_codec": [], "through_autoencoder": []}
     with torch.no_grad():
         for r in rows:
             x, got = audio.read_wav(os.path.join(corpus, r["path"]))
-            x = audio.resample(x, got, rate) if got != rate else x
-            codes, _ = codec.encode(torch.from_numpy(np.asarray(x, dtype=np.float32)), 8)
-            y = codec.decode(codes).numpy()
-            feats.append(speaker_id.features(audio.resample(y, rate, 16000), 16000))
+            x = torch.from_numpy(np.asarray(audio.resample(x, got, rate) if got != rate else x,
+                                            dtype=np.float32))[None]
+            for name, y in (("through_codec", codec.decode(codec.encode(x))),
+                            ("through_autoencoder", codec.reconstruct_unquantized(x))):
+                feats[name].append(speaker_id.features(audio.resample(y[0].numpy(), rate, 16000), 16000))
     truth = [r["speaker"] for r in rows]
-    recorded = score(clf, rows, corpus)
-    pred = clf.predict(feats)
-    through = round(sum(p_ == t for p_, t in zip(pred, truth)) / len(rows), 4)
-    return {"utterances": len(rows), "accuracy_recorded": recorded["accuracy"],
-            "accuracy_through_codec": through,
-            "voice_accuracy_through_codec": round(
-                sum(source_wer.voice_of(p_) == source_wer.voice_of(t) for p_, t in zip(pred, truth)) / len(rows), 4)}
+    result = {"utterances": len(rows), "accuracy_recorded": score(clf, rows, corpus)["accuracy"]}
+    for name, f in feats.items():
+        pred = clf.predict(f)
+        result["accuracy_" + name] = round(sum(p_ == t for p_, t in zip(pred, truth)) / len(rows), 4)
+        result["voice_accuracy_" + name] = round(
+            sum(source_wer.voice_of(p_) == source_wer.voice_of(t) for p_, t in zip(pred, truth)) / len(rows), 4)
+    return result
 
 
 def main(argv=None):
