@@ -415,6 +415,18 @@ def model_step_fn(m, opt, r, autocast, graphed):
     return fn
 
 
+def model_batch(config, sampler, seed, step, r, longest, padded):
+    """Step `step`'s model batch on the host and its padded length (None: unpadded): the examples
+    of data.step_batch (r["group"] steps sharing one draw), padded to data.padded_shape (a
+    multiple of r["bucket"] positions, at most twice the longest utterance) when `padded` (a CUDA
+    graph's fixed shapes) or r["bucket"] asks. The training and `bench` both build batches here."""
+    examples = data.step_batch(sampler, seed, step, r["batch"], r.get("group", 1))
+    shape = None
+    if padded or r.get("bucket", 0):
+        shape = data.padded_shape(examples, r.get("bucket", 0), 2 * longest, r["max_frames"])
+    return data.collate(config, examples, "cpu", shape), (shape[0] if shape else None)
+
+
 def train_model(args, config, recipe, deadline):
     r, device = recipe["model"], args.device
     folder = os.path.join(args.work, "model")
@@ -434,17 +446,14 @@ def train_model(args, config, recipe, deadline):
     everything = load_codes(args.work)
     utterances = trainable(everything, r)
     monitor = HeldoutMonitor(folder, config, r, everything, recipe["seed"], device)
-    # Shapes: graphed (or with model.bucket), every batch is padded to a multiple of model.bucket
-    # positions (0: to the longest pair of utterances the sampler can draw, one shape), a CUDA
-    # graph per shape; model.group steps share one draw sorted by length (data.step_batch).
+    # Shapes (model_batch): graphed, every batch is padded to a multiple of model.bucket positions
+    # (0: to the longest pair of utterances the sampler can draw, one shape), a CUDA graph per
+    # shape; model.group steps share one draw sorted by length.
     longest = max(len(u["tokens"]) + 2 + len(u["codes"]) for u in utterances)
-    group, bucket = r.get("group", 1), r.get("bucket", 0)
     sampler = data.PairSampler(utterances, 0, r["drop_reference"], r["max_frames"])
     start = time.time()
     while step < r["steps"] and time.time() < deadline:
-        examples = data.step_batch(sampler, recipe["seed"] * 1_000_003, step, r["batch"], group)
-        shape = data.padded_shape(examples, bucket, 2 * longest, r["max_frames"]) if graphed or bucket else None
-        batch = data.collate(config, examples, "cpu", shape)
+        batch, length = model_batch(config, sampler, recipe["seed"] * 1_000_003, step, r, longest, graphed)
         lr = lr_at(step, r["steps"], r["lr"], r["warmup"])
         if rewarm_from:  # resumed without optimizer moments: warm up again
             lr *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
@@ -454,7 +463,7 @@ def train_model(args, config, recipe, deadline):
             else:
                 g["lr"] = lr
         if runner is not None:
-            losses = runner(shape[0], {n: t.pin_memory() for n, t in batch.items()})
+            losses = runner(length, {n: t.pin_memory() for n, t in batch.items()})
         else:
             losses = step_fn(None, {n: t.to(device) for n, t in batch.items()})
         step += 1
@@ -750,16 +759,14 @@ def bench_steps(args, config, recipe):
             (int(b), lay, g_, a) for b in args.batches_model.split(",") if b for lay in layouts
             for g_ in variants for a in attentions]:
         _, _, fn, runner = model_trainer(config, 1, rm, device, graphed, attention)
+        r = dict(rm, batch=batch, group=group, bucket=bucket)
         counter = [0]
 
         def step():
             counter[0] += 1
-            examples = data.step_batch(sampler, 0, counter[0], batch, group)
-            shape = (data.padded_shape(examples, bucket, 2 * longest, rm["max_frames"])
-                     if graphed or bucket else None)  # eager and unbucketed: unpadded
-            b = data.collate(config, examples, "cpu", shape)
+            b, length = model_batch(config, sampler, 0, counter[0], r, longest, graphed)
             if runner is not None:
-                runner(shape[0], {n: t.pin_memory() for n, t in b.items()})
+                runner(length, {n: t.pin_memory() for n, t in b.items()})
             else:
                 fn(None, {n: t.to(device) for n, t in b.items()})
         # every shape captured (graphed) or planned (cuDNN's attention) before the timing
