@@ -40,6 +40,12 @@
 namespace drama {
 namespace {
 
+// Runs `undo` when the scope ends: a test that switches a backend's kernels puts them back.
+struct AtExit {
+  std::function<void()> undo;
+  ~AtExit() { undo(); }
+};
+
 constexpr double kTolerance = 1e-5;
 constexpr const char* kText = "Hello, drama!";
 
@@ -319,15 +325,10 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
   const bool tensor_before = cuda::set_tensor_linear(b, false);
   const int version_before = cuda::set_moe_experts_version(b, 2);
   if (version_before == 1) cuda::set_moe_experts_version(b, 1);
-  struct Restore {
-    Backend& b;
-    bool on;
-    int version;
-    ~Restore() {
-      cuda::set_tensor_linear(b, on);
-      cuda::set_moe_experts_version(b, version);
-    }
-  } restore{b, tensor_before, version_before};
+  const AtExit restore{[&b, tensor_before, version_before] {
+    cuda::set_tensor_linear(b, tensor_before);
+    cuda::set_moe_experts_version(b, version_before);
+  }};
 #endif
   for (const auto& [name, flags] :
        {std::pair{"tiny-nvfp4", "--nvfp4"}, std::pair{"tiny-bf16", ""}}) {
@@ -409,15 +410,12 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
     int64_t wide_rows[2];
   };
   const Layouts layouts[] = {{{"v1", "v2"}, {1, 2}, {0, 0}}, {{"v3", "v3 wide"}, {3, 3}, {0, 1}}};
-  struct Restore {
-    Backend& b;
-    int version;
-    int64_t wide_rows;
-    ~Restore() {
-      cuda::set_moe_experts_version(b, version);
-      cuda::set_wide_rows(b, wide_rows);
-    }
-  } restore{b, cuda::set_moe_experts_version(b, 2), cuda::set_wide_rows(b, 0)};
+  const int version_before = cuda::set_moe_experts_version(b, 2);
+  const int64_t wide_before = cuda::set_wide_rows(b, 0);
+  const AtExit restore{[&b, version_before, wide_before] {
+    cuda::set_moe_experts_version(b, version_before);
+    cuda::set_wide_rows(b, wide_before);
+  }};
   struct Shape {
     int64_t hidden, inter, n_stored, k, extra_slots, x_offset;
   };
