@@ -13,7 +13,11 @@ The quantizer is the hard part (issue 14: naive EMA RVQ codecs collapsed to a co
   input_proj/output_proj, as DAC factorises;
 - quantizer dropout (a random number of codebooks per batch) so early codebooks carry the most;
 - losses: multi-resolution log-mel L1 + log-STFT L1, commitment; after `adv_start` steps a
-  multi-scale STFT discriminator (hinge + feature matching) as EnCodec/Mimi train with."""
+  multi-scale STFT discriminator (hinge + feature matching) as EnCodec/Mimi train with.
+
+The decoder stage (train.py `decoder`) trains on only what decoding reads (Codec.decoder_names:
+the tensors encode() never touches), so the codes, and the model trained on them, stay valid;
+there a multi-period discriminator (HiFi-GAN's, smaller) joins the STFT one (Discriminators)."""
 
 import math
 import os
@@ -102,6 +106,69 @@ class StftDiscriminator(torch.nn.Module):
                     features.append(x)
             outs.append((x, features))
         return outs
+
+
+class PeriodDiscriminator(torch.nn.Module):
+    """Multi-period discriminator (HiFi-GAN's MPD, narrower): the waveform folded into [frames,
+    period] columns for each period, 2-D convolutions along time only, so each sees the samples
+    one period apart (pitch and its harmonics, which the STFT's magnitudes blur). Same output as
+    StftDiscriminator: per period (logits, feature maps)."""
+
+    def __init__(self, periods=(2, 3, 5, 7, 11), channels=32):
+        super().__init__()
+        self.periods = tuple(periods)
+        widths = [1, channels, 2 * channels, 4 * channels, 4 * channels]
+        self.nets = torch.nn.ModuleList()
+        for _ in self.periods:
+            layers = [torch.nn.Conv2d(a, b, (5, 1), stride=(3, 1), padding=(2, 0))
+                      for a, b in zip(widths[:-1], widths[1:])]
+            layers.append(torch.nn.Conv2d(widths[-1], widths[-1], (5, 1), padding=(2, 0)))
+            layers.append(torch.nn.Conv2d(widths[-1], 1, (3, 1), padding=(1, 0)))
+            self.nets.append(torch.nn.ModuleList(layers))
+
+    def forward(self, y):
+        outs = []
+        for p, net in zip(self.periods, self.nets):
+            pad = (-y.shape[-1]) % p
+            x = F.pad(y, (0, pad), mode="reflect") if pad else y
+            x = x.view(x.shape[0], 1, -1, p)  # [B, 1, frames, period]
+            features = []
+            for i, conv in enumerate(net):
+                x = conv(x)
+                if i < len(net) - 1:
+                    x = F.leaky_relu(x, 0.2)
+                    features.append(x)
+            outs.append((x, features))
+        return outs
+
+
+class Discriminators(torch.nn.Module):
+    """Several discriminators as one: their (logits, feature maps) lists end to end, so the step's
+    hinge and feature-matching sums (train.codec_step_fn) run over all of them unchanged."""
+
+    def __init__(self, **parts):
+        super().__init__()
+        self.parts = torch.nn.ModuleDict({n: d for n, d in parts.items() if d is not None})
+
+    def forward(self, y):
+        return [out for d in self.parts.values() for out in d(y)]
+
+
+class _Reads(dict):
+    """A tensor dict that records the names read through it (Codec.decoder_names)."""
+
+    def __init__(self, tensors):
+        super().__init__(tensors)
+        self.read = set()
+
+    def __getitem__(self, name):
+        self.read.add(name)
+        return super().__getitem__(name)
+
+    def get(self, name, default=None):
+        if name in self:
+            self.read.add(name)
+        return super().get(name, default)
 
 
 class Codec:
@@ -201,13 +268,14 @@ class Codec:
         """[num_quantizers] float: 1 for the first n_q codebooks (quantizer dropout), 0 after."""
         return (torch.arange(self.c.num_quantizers, device=self.device) < n_q).float()
 
-    def quantize(self, e, keep, train):
+    def quantize(self, e, keep, train, project_out=True):
         """e [B, hidden, F] -> (quantized embedding [B, hidden, F], codes [B, F, K], commitment
         loss, stats). keep: n_q, or keep_mask(n_q) as a device tensor (the CUDA graph's input).
         Every codebook quantizes its residual and, in training, updates; the embedding sums only
         the kept ones, and a part (semantic, acoustic) with none kept passes no gradient and no
         commitment loss, as if it were not run. Stats are device tensors: restarts, and the
-        fewest codes any kept codebook used."""
+        fewest codes any kept codebook used. project_out=False: the codes alone (the embedding is
+        0.0; the output projections, which only decoding needs, are not read)."""
         m = self.model
         if not torch.is_tensor(keep):
             keep = self.keep_mask(keep)
@@ -234,6 +302,8 @@ class Codec:
                 residual = residual - q
             on = keep[first]  # the part is run when its first codebook is kept
             commit = commit + on * F.mse_loss(flat, total.detach())
+            if not project_out:  # the codes alone (encode): the output projections are decoding's
+                continue
             zq = total.detach() + (flat - flat.detach()) * on  # straight-through to the encoder
             part = m.project(zq.view(b, frames, -1).transpose(1, 2), prefix + ".output_proj.weight")
             out = part if isinstance(out, float) else out + part
@@ -249,7 +319,7 @@ class Codec:
     @torch.no_grad()
     def encode(self, pcm):
         """pcm [B, T] -> codes [B, F, num_quantizers] (nearest code in float32)."""
-        return self.quantize(self.encode_latent(pcm), self.c.num_quantizers, False)[1]
+        return self.quantize(self.encode_latent(pcm), self.c.num_quantizers, False, project_out=False)[1]
 
     @torch.no_grad()
     def reconstruct_unquantized(self, pcm):
@@ -266,9 +336,35 @@ class Codec:
             emb = part if emb is None else emb + part
         return self.decode_latent(emb)
 
+    def decoder_names(self):
+        """The parameters decoding reads and encoding does not (the output projections, the
+        upsampling, the decoder's transformer and convolutions), found by running encode() on a
+        few samples and recording what it reads: training only these leaves every code the encoder
+        gives, so the codes and the model trained on them, unchanged."""
+        reads = _Reads(self.model.w)
+        self.model.w = reads
+        try:
+            frame = 2 * math.prod(self.c.upsampling_ratios)  # samples a code stands for
+            self.encode(torch.full((1, 4 * frame), 0.1, device=self.device))
+        finally:
+            self.model.w = dict(reads)
+        return sorted(n for n in self.params if n not in reads.read)
+
+    def forward_decoder(self, pcm):
+        """The decoder stage's forward: the codes of pcm (every codebook, nothing trained or
+        updated on the way) decoded with gradients for the decoding parameters. Returns what
+        forward does, with no commitment loss and no codebook statistics."""
+        codes = self.encode(pcm)
+        y = self._decode(codes)
+        zero = torch.zeros((), device=pcm.device)
+        return y[:, : pcm.shape[1]], codes, zero, {"dead_restarts": zero, "codes_used_min": zero}
+
     @torch.no_grad()
     def decode(self, codes):
         """codes [B, F, K] -> pcm [B, F * samples_per_frame], the reference's decode path."""
+        return self._decode(codes)
+
+    def _decode(self, codes):
         emb = None
         for prefix, first, count in self.model.rvq_parts(codes.shape[-1]):
             if count <= 0:

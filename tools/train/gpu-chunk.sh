@@ -21,9 +21,14 @@
 # the codes. A cold machine first gets ["train-carry/debs"] (the codec comes from train-state/)
 # with DRAMA_TRAIN_UNTIL=encode (corpus and codes, about 3 minutes), then the model carry. A
 # chunk returns only what it changed: codec/, or model/.
+# DRAMA_TRAIN_STAGE=decoder: the decoder stage instead (the finished codec's decoding tensors
+# train on, the codes and the model stay valid; recipe "decoder"): the codec state comes from
+# train-state/, the corpus without glosses is made, `train.py decoder` runs, and decoder/ comes
+# back (take-chunk.sh keeps it in train-state/ beside codec/). Carry ["train-carry/debs"].
 # DRAMA_TRAIN_BENCH=1 measures steps/s by batch size (train.py bench) instead of training;
 # DRAMA_TRAIN_BENCH=first measures, then trains for the rest of the chunk (with
-# DRAMA_MODEL_SECONDS=S, the model stage's steps from the rate measured: S seconds of it).
+# DRAMA_MODEL_SECONDS=S, the model stage's steps from the rate measured: S seconds of it;
+# DRAMA_DECODER_SECONDS=S the same for the decoder stage's).
 # Environment: DRAMA_TRAIN_DEVICE (default cuda), DRAMA_TRAIN_ARGS (extra train.py arguments),
 # DRAMA_CORPUS_ARGS (extra synth.py arguments), DRAMA_TRAIN_CONFIG, DRAMA_TRAIN_RECIPE, and
 # DRAMA_CORPUS_DIR / DRAMA_DEBIAN_ROOT (default /tmp/drama-corpus, /tmp/drama-debian-root).
@@ -68,7 +73,7 @@ for resume in sources:
         src, dst = os.path.join(resume, name), os.path.join(work, name)
         if not os.path.isdir(src):
             continue
-        if name in ("codec", "model") and step(src) < 0:  # nothing to resume from (an empty
+        if name in ("codec", "model", "decoder") and step(src) < 0:  # nothing to resume from (an empty
             print(f"gpu-chunk: {name}/ of {resume} holds no state: skipped")  # train-state/codec
             continue  # on the device, 2026-12-03, made this chunk think its codec was lost)
         if not os.path.exists(dst) or step(src) > step(dst):
@@ -81,7 +86,7 @@ for resume in sources:
         continue
     a, b = progress(resume), progress(work)
     merged = dict(a, **b)
-    merged["done"] = [s for s in ("codec", "encode", "model", "export") if s in a["done"] + b["done"]]
+    merged["done"] = [s for s in ("codec", "encode", "model", "decoder", "export") if s in a["done"] + b["done"]]
     merged["seconds"] = {k: max(a["seconds"].get(k, 0.0), b["seconds"].get(k, 0.0))
                          for k in sorted(set(a["seconds"]) | set(b["seconds"]))}
     with open(os.path.join(work, "progress.json"), "w") as f:
@@ -107,6 +112,16 @@ else:
     print("codec" if json.load(open(codec))["step"] < steps else "encode")
 PY
 )
+if [ "${DRAMA_TRAIN_STAGE:-}" = decoder ]; then
+  if [ "$phase" = codec ] || [ "$phase" = stale ]; then
+    echo "gpu-chunk: the decoder stage needs the finished codec state (train-state/codec)" >&2
+    exit 1
+  fi
+  phase=decoder
+elif [ -n "${DRAMA_TRAIN_STAGE:-}" ]; then
+  echo "gpu-chunk: DRAMA_TRAIN_STAGE=${DRAMA_TRAIN_STAGE}: only 'decoder' is run by name" >&2
+  exit 2
+fi
 if [ "$phase" = stale ]; then
   echo "gpu-chunk: no codec state and no codes from the final codec here: first a call carrying train-carry/debs and train-carry/resume/codec with DRAMA_TRAIN_UNTIL=encode (docs/training.md)" >&2
   exit 1
@@ -120,7 +135,7 @@ echo "gpu-chunk: $phase stage"
 # cores; the training split is the same without them) and the encode phase adds them (synth.py
 # synthesizes only what is missing); a corpus made with other counts is made again.
 with_glosses=1
-if [ "$phase" = codec ]; then with_glosses=0; fi
+if [ "$phase" = codec ] || [ "$phase" = decoder ]; then with_glosses=0; fi
 corpus_args() {
   "$py" -c 'import json, sys
 c = json.load(open(sys.argv[1])).get("corpus", {"heldout_per_speaker": 2})
@@ -205,13 +220,30 @@ PY
     DRAMA_TRAIN_ARGS="${DRAMA_TRAIN_ARGS:-} --set model.steps=$steps"
     echo "gpu-chunk: model.steps=$steps for ${DRAMA_MODEL_SECONDS} s of the model stage" | tee -a "$out/device.txt"
   fi
+  if [ -n "${DRAMA_DECODER_SECONDS:-}" ]; then
+    # The same for the decoder stage: decoder.steps = the graphed (else eager) rate of its step at
+    # the recipe's batch x DRAMA_DECODER_SECONDS, in whole 500s (its cosine runs over it).
+    steps=$("$py" - "$out/bench.json" "$DRAMA_DECODER_SECONDS" <<'PY'
+import json, sys
+rows, seconds = json.load(open(sys.argv[1]))["decoder"], float(sys.argv[2])
+graphed = [m for m in rows if m["cuda_graph"] and not m["graph_failed"]]
+print(int(min(m["steps_per_s"] for m in graphed or rows) * seconds) // 500 * 500)
+PY
+)
+    DRAMA_TRAIN_ARGS="${DRAMA_TRAIN_ARGS:-} --set decoder.steps=$steps"
+    echo "gpu-chunk: decoder.steps=$steps for ${DRAMA_DECODER_SECONDS} s of the decoder stage" | tee -a "$out/device.txt"
+  fi
 fi
 left=$(( seconds - ($(date +%s) - start) ))
 until_args=()
 if [ "$phase" = codec ]; then until_args=(--until codec); fi
+# The model phase stops after the model: the decoder stage reads audio, which that phase has not.
+if [ "$phase" = model ]; then until_args=(--until model); fi
 if [ -n "${DRAMA_TRAIN_UNTIL:-}" ]; then until_args=(--until "$DRAMA_TRAIN_UNTIL"); fi
+stage=next
+if [ "$phase" = decoder ]; then stage=decoder; until_args=(); fi
 # shellcheck disable=SC2086
-"$py" tools/train/train.py next "${until_args[@]}" --work "$work" --corpus "$corpus" --config "$config" \
+"$py" tools/train/train.py "$stage" "${until_args[@]}" --work "$work" --corpus "$corpus" --config "$config" \
   --recipe "$recipe" --minutes "$(awk "BEGIN {print ($left > 60 ? $left : 60) / 60}")" --device "$device" ${DRAMA_TRAIN_ARGS:-} \
   | tee "$out/train.log"
 # What travels back: what this chunk changed, without optimizer moments, and progress.json, as a
@@ -225,6 +257,7 @@ rm -rf "$back"
 mkdir -p "$back"
 case "$phase" in
   codec) cp -r "$work/codec" "$back/codec" ;;
+  decoder) cp -r "$work/decoder" "$back/decoder" ;;
   *)
     if [ -d "$work/model" ]; then
       mkdir -p "$back/model"
@@ -235,7 +268,7 @@ case "$phase" in
     fi ;;
 esac
 cp "$work/progress.json" "$back/progress.json"
-(cd "$back" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' \
+(cd "$back" && find . -type f ! -name 'moments-*' ! -path './codec/eval/*' ! -path './decoder/eval/*' \
   | LC_ALL=C sort | tar -cf - -T -) | split -b 16M -d - "$out/work.tar."
 rm -rf "$back"
 cp "$work/progress.json" "$out/progress.json"

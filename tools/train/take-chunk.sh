@@ -2,9 +2,10 @@
 # Unpacks what one tools/train/gpu-chunk.sh call returned (FILES_AT/work.tar.NN) into the state
 # the next call carries, train-carry/resume (docs/training.md). What the chunk did not send back
 # (the codec state once the codes are made) is kept from the previous resume/; the previous
-# resume/ itself is kept as train-carry/resume.prev. The codec state and progress.json are also
-# copied into train-state/ (tracked: commit it), since train-carry/ is ignored by git and a new
-# session's checkout has none of it (the step-24000 codec of 2026-12-01 was lost that way).
+# resume/ itself is kept as train-carry/resume.prev. The codec and decoder states and
+# progress.json are also copied into train-state/ (tracked: commit it), since train-carry/ is
+# ignored by git and a new session's checkout has none of it (the step-24000 codec of 2026-12-01
+# was lost that way); a stage the chunk did not return keeps train-state/'s copy.
 #   tools/train/take-chunk.sh FILES_AT [CARRY] [KEEP]
 set -euo pipefail
 files="${1:?usage: take-chunk.sh FILES_AT [CARRY]}"
@@ -34,20 +35,25 @@ import json, os, sys
 folder = sys.argv[1]
 progress = json.load(open(os.path.join(folder, "progress.json")))
 steps = {}
-for stage in ("codec", "model"):
+for stage in ("codec", "model", "decoder"):
     p = os.path.join(folder, stage, "state", "state.json")
     if os.path.exists(p):
         steps[stage] = json.load(open(p))["step"]
 print(f"take-chunk: {folder}: done {progress['done']}, steps {steps}, seconds {progress['seconds']}")
 PY
 du -sh "$carry/resume"
-if [ -d "$carry/resume/codec/state" ]; then
+if [ -d "$carry/resume/codec/state" ] || [ -d "$carry/resume/decoder/state" ]; then
   rm -rf "$keep.new"
-  mkdir -p "$keep.new"
-  cp -r "$carry/resume/codec" "$keep.new/codec"
-  rm -rf "$keep.new/codec/eval"  # audio written by eval-codec here, not state
+  if [ -d "$keep" ]; then cp -r "$keep" "$keep.new"; else mkdir -p "$keep.new"; fi
+  for stage in codec decoder; do
+    if [ -d "$carry/resume/$stage/state" ]; then
+      rm -rf "${keep:?}.new/$stage"
+      cp -r "$carry/resume/$stage" "$keep.new/$stage"
+    fi
+    rm -rf "$keep.new/$stage/eval"  # audio written by eval-codec here, not state
+  done
   cp "$carry/resume/progress.json" "$keep.new/progress.json"
   rm -rf "$keep"
   mv "$keep.new" "$keep"
-  du -sh "$keep" | cut -f1 | xargs echo "take-chunk: kept the codec state and progress.json in $keep (commit it):"
+  du -sh "$keep" | cut -f1 | xargs echo "take-chunk: kept the codec and decoder states and progress.json in $keep (commit it):"
 fi

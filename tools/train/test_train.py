@@ -45,6 +45,9 @@ TEXTS = ["The cat sat on the mat.", "Dr. Smith has 3 dogs, really!", "I can brea
          "Exhale when you lift the weight", "She sighed sadly at the table"]
 
 
+DECODER = train.load_json(os.path.join(HERE, "recipe-25.json"))["decoder"]
+
+
 def tiny_config():
     with open(TINY) as f:
         return json.load(f)
@@ -266,6 +269,26 @@ class GraphSafety(unittest.TestCase):
                 out = fn(adv, {"x": x(), "keep": c.keep_mask(n_q)})
         self.assertTrue(all(bool(torch.isfinite(v)) for v in out.values()))
 
+    def test_decoder_step_reads_nothing_from_the_host_and_trains_only_decoding(self):
+        """The decoder stage's step (both discriminators) captures as the codec's does, and its
+        optimizer holds only the tensors encode() never reads."""
+        config = tiny_config()
+        r = dict(DECODER, disc_channels=4, mpd_channels=4, disc_batch=1)
+        c, disc, _, _, _, _, names = train.decoder_trainer(config, {"seed": 4}, r, "cpu", False)
+        self.assertTrue(names and all(n.startswith(("decoder", "upsample", "quantizer.")) for n in names))
+        self.assertTrue(all(n.endswith("output_proj.weight") for n in names if n.startswith("quantizer.")))
+        self.assertEqual({n for n, p in c.params.items() if p.requires_grad}, set(names))
+        self.assertEqual(list(disc.parts), ["stft", "mpd"])
+        opt, opt_d = PlainSgd([c.params[n] for n in names]), PlainSgd(disc.parameters())
+        fn = train.codec_step_fn(c, disc, opt, opt_d, codec_lib.SpectralLoss(24000), r, decoder_only=True)
+        g = torch.Generator().manual_seed(3)
+        x = lambda: torch.randn(2, 9600, generator=g) * 0.1  # noqa: E731
+        keep = c.keep_mask(8)
+        fn(True, {"x": x(), "keep": keep})
+        with no_host_reads():
+            out = fn(True, {"x": x(), "keep": keep})
+        self.assertTrue(all(bool(torch.isfinite(v)) for v in out.values()))
+
     def test_model_step_reads_nothing_from_the_host_and_padding_changes_no_loss(self):
         config = tiny_config()
         m = model_lib.Drama3Train(config, 2)
@@ -425,10 +448,14 @@ class Pipeline(unittest.TestCase):
                 "bench", "--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
                 "--device", "cpu", "--set", "codec.seconds=0.4", "--set", "model.max_frames=120",
                 "--batches-codec", "2", "--batches-model", "2", "--bench-steps", "1",
-                "--profile", "2", "--json", out]), 0)
+                "--set", "decoder=" + json.dumps(dict(DECODER, seconds=0.4, disc_channels=4, mpd_channels=4)),
+                "--batches-decoder", "2", "--profile", "2", "--json", out]), 0)
             with open(out) as f:
                 result = json.load(f)
             self.assertEqual(len(result["codec"]), 2)  # before and with the discriminator
+            (decoder,) = result["decoder"]  # the decoder stage's step, both discriminators
+            self.assertEqual((decoder["batch"], decoder["mpd_periods"]), (2, DECODER["mpd_periods"]))
+            self.assertGreater(decoder["steps_per_s"], 0)
             model, grouped = result["model"]  # one shape, then grouped by length (8,128)
             self.assertEqual((model["group"], model["bucket"], grouped["group"], grouped["bucket"]),
                              (1, 0, 8, 128))
@@ -481,6 +508,60 @@ class Pipeline(unittest.TestCase):
                 else:
                     os.environ["DRAMA_ASR_ROOT"] = saved
 
+    def test_decoder_stage_keeps_every_code_resumes_and_exports(self):
+        """The decoder stage trains the decoding tensors alone: the encoder, quantizer and
+        codebooks stay bit for bit the codec stage's, so every code is unchanged (the model's
+        training data stays valid), while the decodes change; it resumes across chunks, its
+        state is refused over another codec step, and export writes the codec with it."""
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
+            write_corpus(corpus)
+            common = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
+                      "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
+                      "--set", "codec.adv_start=1", "--set", "codec.disc_channels=4",
+                      "--set", "codec.eval_every=0", "--set", "codec.steps=2"]
+            decoder = lambda steps: ["--set", "decoder=" + json.dumps(dict(  # noqa: E731
+                DECODER, steps=steps, batch=2, seconds=0.4, warmup=1, disc_channels=4, mpd_channels=4,
+                disc_batch=1, log_every=1, eval_every=0))]
+            config = tiny_config()
+            recipe = train.load_json(os.path.join(HERE, "recipe.json"))
+            with self.assertRaises(ValueError):  # no finished codec yet
+                train.main(["decoder"] + common + decoder(2))
+            self.assertEqual(train.main(["codec"] + common), 0)
+            before = train.load_codec_weights(work, config, recipe, "cpu")
+            waves = [torch.from_numpy(w.astype("float32") / 32768.0)[None]
+                     for w in data.load_audio(corpus, data.read_corpus(corpus, "heldout"))]
+            codes = [before.encode(w) for w in waves]
+            self.assertEqual(train.main(["decoder"] + common + decoder(2)), 0)
+            self.assertEqual(train.main(["next"] + common + decoder(3) + ["--until", "decoder",
+                                                                          "--set", "model.steps=0"]), 0)
+            with open(os.path.join(work, "decoder", "losses.tsv")) as f:
+                self.assertEqual([line.split("\t")[0] for line in f][1:], ["1", "2", "3"])
+            with open(os.path.join(work, "progress.json")) as f:
+                self.assertIn("decoder", json.load(f)["done"])
+            after = train.load_codec_weights(work, config, recipe, "cpu")
+            plain = train.load_codec_weights(work, config, recipe, "cpu", decoder=False)
+            trained = set(after.decoder_names())
+            for n, t in after.tensors().items():
+                same = torch.equal(t, before.tensors()[n])
+                self.assertEqual(same, n not in trained, n)
+                self.assertTrue(torch.equal(plain.tensors()[n], before.tensors()[n]), n)
+            for w, c in zip(waves, codes):
+                self.assertTrue(torch.equal(after.encode(w), c))
+                self.assertGreater(relative_l2(after.decode(c), before.decode(c)), 0.0)
+            # export writes the codec as the two stages left it
+            out = os.path.join(tmp, "export")
+            self.assertEqual(train.main(["model"] + common + ["--set", "model.steps=1", "--set", "model.batch=2",
+                                                              "--set", "model.warmup=1", "--set", "model.eval_every=0"]), 0)
+            self.assertEqual(train.main(["export", "-o", out] + common), 0)
+            exported, _ = safetensors_io.load(os.path.join(out, "codec", "model.safetensors"))
+            for n, t in after.tensors().items():
+                self.assertTrue(torch.equal(exported[n], t.float()), n)
+            # the decoder state belongs to the codec step it was trained from
+            self.assertEqual(train.main(["codec"] + common[:-1] + ["codec.steps=3"]), 0)
+            with self.assertRaises(ValueError):
+                train.load_codec_weights(work, config, recipe, "cpu")
+
     def test_unquantized_reconstruction_is_the_projections_without_codebooks(self):
         config = tiny_config()
         c = codec_lib.Codec(config["codec"], 1)
@@ -505,7 +586,7 @@ class Pipeline(unittest.TestCase):
             self.assertEqual(train.main(["next"] + common + ["--set", "codec.steps=3", "--set", "model.steps=2"]), 0)
             with open(os.path.join(work, "progress.json")) as f:
                 progress = json.load(f)
-            self.assertEqual(progress["done"], ["codec", "encode", "model", "export"])
+            self.assertEqual(progress["done"], ["codec", "encode", "model", "decoder", "export"])
             with open(os.path.join(work, "codec", "losses.tsv")) as f:
                 steps = [line.split("\t")[0] for line in f][1:]
             self.assertEqual(steps, ["1", "2", "3"])  # resumed at step 2, not restarted

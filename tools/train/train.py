@@ -40,7 +40,7 @@ import model as model_lib  # noqa: E402
 import safetensors_io  # noqa: E402
 import state  # noqa: E402
 
-STAGES = ("codec", "encode", "model", "export")
+STAGES = ("codec", "encode", "model", "decoder", "export")
 
 
 def load_json(path):
@@ -106,13 +106,30 @@ def make_codec(config, recipe, device):
     return codec_lib.Codec(config["codec"], recipe["seed"], device)
 
 
-def load_codec_weights(work, config, recipe, device):
+def load_codec_weights(work, config, recipe, device, decoder=True):
+    """The codec of work's codec state, with the decoder stage's tensors over it where that stage
+    has a state (decoder=False: the codec stage's alone). The decoder state records the codec
+    step it was trained from and is refused with any other (its encoder is another)."""
     c = make_codec(config, recipe, device)
     tensors, info = state.load(os.path.join(work, "codec", "state"))
     if info is None:
         raise ValueError(f"{work}: no codec state (run the codec stage first)")
-    c.load({n[len("codec."):]: t for n, t in tensors.items() if n.startswith("codec.")})
+    values = {n[len("codec."):]: t for n, t in tensors.items() if n.startswith("codec.")}
+    if decoder:
+        values.update(decoder_tensors(work, info["step"]))
+    c.load(values)
     return c
+
+
+def decoder_tensors(work, codec_step):
+    """{codec tensor name: value} of work's decoder state ({} without one)."""
+    tensors, info = state.load(os.path.join(work, "decoder", "state"))
+    if info is None:
+        return {}
+    if info["codec_step"] != codec_step:
+        raise ValueError(f"{work}: the decoder state was trained from the codec at step "
+                         f"{info['codec_step']}, the codec state is at step {codec_step}")
+    return {n[len("decoder."):]: t for n, t in tensors.items() if n.startswith("decoder.")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,15 +208,17 @@ def codec_trainer(config, recipe, r, device, graphed, spectral):
     return codec, disc, opt, opt_d, step_fn, runner
 
 
-def codec_step_fn(codec, disc, opt, opt_d, spectral, r):
+def codec_step_fn(codec, disc, opt, opt_d, spectral, r, decoder_only=False):
     """One codec training step as fn(adv, {"x": crops on the device, "keep": keep_mask}) ->
     {name: device tensor}: codec forward, spectral + commitment losses, and from adv_start the
     discriminator's step and the adversarial + feature-matching losses; then the codec's step.
-    No host reads (cuda_graph.GraphedStep captures it)."""
+    decoder_only: the decoder stage's forward (Codec.forward_decoder: every codebook, nothing
+    but the decoding parameters trained; keep is ignored). No host reads (cuda_graph.GraphedStep
+    captures it)."""
 
     def fn(adv, inputs):
         x, keep = inputs["x"], inputs["keep"]
-        y, _, commit, stats = codec.forward(x, keep)
+        y, _, commit, stats = codec.forward_decoder(x) if decoder_only else codec.forward(x, keep)
         mel, stft = spectral(y, x)
         loss = mel + stft + commit
         zero = torch.zeros((), device=x.device)
@@ -238,7 +257,105 @@ def save_codec(folder, codec, disc, opt, opt_d, names, dnames, step):
     state.save(os.path.join(folder, "state"), tensors, {"stage": "codec", "step": step}, moments)
 
 
-def evaluate_codec(args, codec, r, step, decoded=False):
+def train_decoder(args, config, recipe, deadline):
+    """The decoder stage (recipe "decoder"; absent or steps 0: nothing to do): the finished codec's
+    decoding parameters (Codec.decoder_names) train on, the encoder, quantizer and codebooks
+    frozen, so every code, and the model trained on the codes, stays valid. Every batch decodes
+    all codebooks (what the engine does; the codec stage's quantizer dropout trained the decoder
+    for 1-8), under warmup + cosine (the codec stage's rate was constant), against the codec
+    stage's STFT discriminator plus, with decoder.mpd_periods, a multi-period one trained from
+    scratch. State in work/decoder/state: the decoding tensors, the discriminators, the codec
+    step it started from (load_codec_weights lays it over the codec; export writes the result)."""
+    r, device = recipe.get("decoder"), args.device
+    if not r or r.get("steps", 0) <= 0:
+        return True
+    codec_done = codec_step(args.work)
+    if codec_done is None or codec_done < recipe["codec"]["steps"]:
+        raise ValueError(f"{args.work}: the decoder stage needs the finished codec "
+                         f"(step {codec_done} of {recipe['codec']['steps']})")
+    folder = os.path.join(args.work, "decoder")
+    os.makedirs(folder, exist_ok=True)
+    graphed = device.startswith("cuda") and r.get("cuda_graph", False)
+    codec, disc, opt, opt_d, step_fn, runner, names = decoder_trainer(config, recipe, r, device, graphed)
+    codec_tensors, _ = state.load(os.path.join(args.work, "codec", "state"))
+    codec.load({n[6:]: t for n, t in codec_tensors.items() if n.startswith("codec.")})
+    stft = {n[5:]: t for n, t in codec_tensors.items() if n.startswith("disc.")}
+    if stft:  # the codec stage's STFT discriminator goes on (a first run: the MPD starts fresh)
+        disc.parts["stft"].load_state_dict(stft)
+    pnames = {codec.params[n]: n for n in names}
+    dnames = {p: n for n, p in disc.named_parameters()}
+    tensors, info = state.load(os.path.join(folder, "state"))
+    step = rewarm_from = 0
+    if info:
+        step = info["step"]
+        rewarm_from = step if not info["has_moments"] else 0
+        codec.load(dict(codec.tensors(), **decoder_tensors(args.work, codec_done)))
+        disc.load_state_dict({n[5:]: t for n, t in tensors.items() if n.startswith("disc.")})
+        state.restore_optimizer(opt, pnames, {n[2:]: t for n, t in tensors.items() if n.startswith("g.")}, step)
+        state.restore_optimizer(opt_d, dnames, {n[2:]: t for n, t in tensors.items() if n.startswith("d.")}, step)
+    if step >= r["steps"]:
+        return True
+    rows = data.read_corpus(args.corpus, "train")
+    waves = data.load_audio(args.corpus, rows)
+    keep = codec.keep_mask(config["codec"]["num_quantizers"])
+    start = time.time()
+    while step < r["steps"] and time.time() < deadline:
+        rng = random.Random(f"decoder {recipe['seed']} {step}")  # other crops than the codec's
+        x = data.CropSampler(waves, r["seconds"], rng.random()).batch(r["batch"])
+        lr = lr_at(step, r["steps"], r["lr"], r["warmup"])
+        if rewarm_from:  # resumed without optimizer moments: warm up again
+            lr *= min(1.0, (step - rewarm_from + 1) / r.get("rewarm", 200))
+        for o in (opt, opt_d):
+            for g in o.param_groups:
+                if graphed:
+                    g["lr"].fill_(lr)
+                else:
+                    g["lr"] = lr
+        adv = step >= r.get("adv_start", 0)
+        if runner is not None:
+            out = runner(adv, {"x": x.pin_memory(), "keep": keep})
+        else:
+            out = step_fn(adv, {"x": x.to(device), "keep": keep})
+        step += 1
+        if step % r["log_every"] == 0 or step == 1:
+            append_losses(os.path.join(folder, "losses.tsv"), {
+                "step": step, **{n: float(out[n]) for n in ("mel", "stft", "adv", "fm", "disc")},
+                "lr": lr, "seconds": round(time.time() - start, 1)})
+        if r.get("eval_every") and step % r["eval_every"] == 0:
+            evaluate_codec(args, codec, r, step, stage="decoder")
+    tensors = {"decoder." + n: codec.params[n].detach() for n in names}
+    tensors.update({"disc." + n: t for n, t in disc.state_dict().items()})
+    moments = {"g." + n: t for n, t in state.optimizer_tensors(opt, pnames).items()}
+    moments.update({"d." + n: t for n, t in state.optimizer_tensors(opt_d, dnames).items()})
+    state.save(os.path.join(folder, "state"), tensors,
+               {"stage": "decoder", "step": step, "codec_step": codec_done}, moments)
+    return step >= r["steps"]
+
+
+def decoder_trainer(config, recipe, r, device, graphed):
+    """The decoder stage's codec (only its decoding parameters trainable), discriminators (the
+    STFT one, plus the multi-period one with r["mpd_periods"]), optimizers (the rate a device
+    tensor when graphed, so the schedule changes it between replays), step function, runner
+    (cuda_graph.GraphedStep, or None) and the trained names. Training and `bench` start here."""
+    codec = make_codec(config, recipe, device)
+    names = codec.decoder_names()
+    for n, p in codec.params.items():
+        p.requires_grad_(n in names)
+    periods = r.get("mpd_periods") or []
+    disc = codec_lib.Discriminators(
+        stft=codec_lib.StftDiscriminator(r.get("disc_channels", 32)),
+        mpd=codec_lib.PeriodDiscriminator(periods, r.get("mpd_channels", 32)) if periods else None).to(device)
+    lr0 = (lambda: torch.tensor(r["lr"], device=device)) if graphed else (lambda: r["lr"])
+    opt = torch.optim.AdamW([codec.params[n] for n in names], lr=lr0(), betas=tuple(r["betas"]),
+                            capturable=graphed)
+    opt_d = torch.optim.AdamW(disc.parameters(), lr=lr0(), betas=tuple(r["betas"]), capturable=graphed)
+    step_fn = codec_step_fn(codec, disc, opt, opt_d, codec_lib.SpectralLoss(config["audio"]["sample_rate"]),
+                            r, decoder_only=True)
+    runner = cuda_graph.GraphedStep(step_fn, (opt, opt_d)) if graphed else None
+    return codec, disc, opt, opt_d, step_fn, runner, names
+
+
+def evaluate_codec(args, codec, r, step, decoded=False, stage="codec"):
     """Held-out reconstruction, the early warning for a collapsing codec: the log-mel L1 (the
     training's 4-resolution loss, mean over utterances) with every codebook, with the first one
     alone and with the latent unquantized (Codec.reconstruct_unquantized: the autoencoder alone),
@@ -246,7 +363,8 @@ def evaluate_codec(args, codec, r, step, decoded=False):
     codec/eval-STEP.json (written before the recogniser runs, so a machine without it keeps the
     figures; the WER also in eval.tsv), the decodes in codec/eval/. decoded: codec may be None,
     and the wavs already in codec/eval (decoded on a machine without pocketsphinx, the GPU's) are
-    scored, keeping the mel figures of its eval-STEP.json."""
+    scored, keeping the mel figures of its eval-STEP.json. stage: the folder of work the figures
+    and decodes go to (the decoder stage's own: decoder/eval-STEP.json)."""
     sys.path.insert(0, os.path.join(HERE, "..", "eval"))
     import asr  # noqa: E402
     import audio  # noqa: E402
@@ -254,8 +372,8 @@ def evaluate_codec(args, codec, r, step, decoded=False):
     rows = data.read_corpus(args.corpus, "heldout")[: r["eval_utterances"]]
     if not rows:
         return
-    out = os.path.join(args.work, "codec", "eval")
-    report = os.path.join(args.work, "codec", f"eval-{step}.json")
+    out = os.path.join(args.work, stage, "eval")
+    report = os.path.join(args.work, stage, f"eval-{step}.json")
     os.makedirs(out, exist_ok=True)
     result = {"step": step, "utterances": len(rows)}
     items_rec, items_src = [], []
@@ -296,7 +414,7 @@ def evaluate_codec(args, codec, r, step, decoded=False):
     text = {f"{r_['speaker']}.{r_['sentence']}": r_["text"] for r_ in rows}
     result.update({"reconstruction_wer": round(asr.wer((text[u], rec[u]) for u in text), 4),
                    "source_wer": round(asr.wer((text[u], src[u]) for u in text), 4)})
-    append_losses(os.path.join(args.work, "codec", "eval.tsv"),
+    append_losses(os.path.join(args.work, stage, "eval.tsv"),
                   {k: result[k] for k in ("step", "reconstruction_wer", "source_wer", "utterances")})
     print(f"codec eval at step {step}: {result}")
     # By voice (the speaker without its pitch/rate setting): which voices the codec loses.
@@ -313,8 +431,9 @@ def evaluate_codec(args, codec, r, step, decoded=False):
 # ----------------------------------------------------------------------------------------------
 
 
-def codec_step(work):
-    path = os.path.join(work, "codec", "state", "state.json")
+def codec_step(work, stage="codec"):
+    """The step of work's saved codec (or decoder) stage, None without one."""
+    path = os.path.join(work, stage, "state", "state.json")
     return load_json(path)["step"] if os.path.exists(path) else None
 
 
@@ -691,8 +810,8 @@ def write_manifest(folder, name):
 
 
 def bench_steps(args, config, recipe):
-    """Steps per second of the codec (before and with the discriminator) and of the model at
-    several batch sizes, on this device: what the recipe's batch sizes are chosen from
+    """Steps per second of the codec (before and with the discriminator), of the decoder stage and
+    of the model at several batch sizes, on this device: what the recipe's batch sizes are chosen from
     (docs/training.md). The codec reads the corpus; the model runs on random codes of the
     corpus's lengths (3.2-8.8 s: 40-110 frames at 12.5 frames/s, 80-220 at 25; 40-110 tokens), so
     no encoder is needed. With --profile N, N eager model steps of each batch size also run under
@@ -704,7 +823,11 @@ def bench_steps(args, config, recipe):
               "torch": torch.__version__, "codec": [], "model": []}
     rc, rm = recipe["codec"], recipe["model"]
     codec_batches = [int(b) for b in args.batches_codec.split(",") if b]  # "": no codec (no corpus)
-    waves = data.load_audio(args.corpus, data.read_corpus(args.corpus, "train")[:2000]) if codec_batches else []
+    rd = recipe.get("decoder")
+    decoder_batches = ([rd["batch"]] if rd and rd.get("steps", 0) > 0 and args.batches_decoder is None else
+                       [int(b) for b in (args.batches_decoder or "").split(",") if b])
+    waves = (data.load_audio(args.corpus, data.read_corpus(args.corpus, "train")[:2000])
+             if codec_batches or decoder_batches else [])
     spectral = codec_lib.SpectralLoss(config["audio"]["sample_rate"])
 
     def timed(step, warm=min(5, args.bench_steps), count=args.bench_steps):
@@ -739,6 +862,24 @@ def bench_steps(args, config, recipe):
                                         "steps_per_s": round(rate, 2),
                                         "audio_s_per_s": round(rate * batch * rc["seconds"], 1)})
                 print("bench codec", result["codec"][-1], flush=True)
+    for batch in decoder_batches:  # the decoder stage's step (with both
+        for graphed in variants:  # discriminators from its adv_start on, as it trains)
+            codec, _, _, _, fn, runner, _ = decoder_trainer(
+                config, recipe, dict(rd, disc_batch=min(batch, rd.get("disc_batch", batch))), device, graphed)
+            rng = random.Random(1)
+            keep = codec.keep_mask(config["codec"]["num_quantizers"])
+
+            def step():
+                x = data.CropSampler(waves, rd["seconds"], rng.random()).batch(batch)
+                if runner is not None:
+                    runner(True, {"x": x.pin_memory(), "keep": keep})
+                else:
+                    fn(True, {"x": x.to(device), "keep": keep})
+            rate = timed(step)
+            result.setdefault("decoder", []).append({
+                "batch": batch, "cuda_graph": graphed, "graph_failed": runner.failed if runner else None,
+                "mpd_periods": rd.get("mpd_periods") or [], "steps_per_s": round(rate, 2)})
+            print("bench decoder", result["decoder"][-1], flush=True)
     g = random.Random(2)
     k, cs = config["audio"]["num_codebooks"], config["audio"]["codebook_size"]
     per_frame = config["audio"]["frame_rate"] / 12.5
@@ -831,6 +972,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--batches-codec", default="24,64,128", help="bench: codec batch sizes")
     p.add_argument("--batches-model", default="32,64,128", help="bench: model batch sizes")
+    p.add_argument("--batches-decoder", default=None,
+                   help="bench: decoder-stage batch sizes (default: the recipe's decoder batch, if any)")
     p.add_argument("--json", help="bench, eval-model: where to write the figures")
     p.add_argument("--decoded", action="store_true",
                    help="eval-codec: score the decodes already in WORK/codec/eval (no codec weights)")
@@ -857,17 +1000,21 @@ def main(argv=None):
         bench_steps(args, config, recipe)
         return 0
     if args.stage == "eval-codec":  # reconstruction WER of the saved codec (on any machine)
+        # The codec as training left it: with the decoder stage's state, that stage's figures
+        # (decoder/eval-STEP.json), else the codec stage's.
+        stage = "decoder" if codec_step(args.work, "decoder") is not None else "codec"
+        r = recipe[stage] if stage in recipe else recipe["codec"]
         if args.decoded:  # the decodes another machine wrote: no codec weights needed
-            evaluate_codec(args, None, recipe["codec"], codec_step(args.work), decoded=True)
+            evaluate_codec(args, None, r, codec_step(args.work, stage), decoded=True, stage=stage)
         else:
             evaluate_codec(args, load_codec_weights(args.work, config, recipe, args.device),
-                           recipe["codec"], codec_step(args.work))
+                           r, codec_step(args.work, stage), stage=stage)
         return 0
     if args.stage == "eval-model":  # held-out vs training losses of the saved model (any machine)
         evaluate_model(args, config, recipe)
         return 0
     for stage in stages:
-        if args.stage == "next" and stage in ("codec", "model", "export") and (
+        if args.stage == "next" and stage in ("codec", "model", "decoder", "export") and (
                 stage in progress.info["done"] or stage == "export") and not os.path.exists(
                 os.path.join(args.work, "codec" if stage == "export" else stage, "state", "state.json")):
             # The GPU machine gets only what the later stages need (docs/training.md): a stage
@@ -884,6 +1031,8 @@ def main(argv=None):
             done = encode_corpus(args, config, recipe, deadline)
         elif stage == "model":
             done = train_model(args, config, recipe, deadline)
+        elif stage == "decoder":
+            done = train_decoder(args, config, recipe, deadline)
         else:
             out = args.output or os.path.join(args.work, "export")
             done = True if args.stage == "next" and os.path.exists(out) else export(args, config, recipe, out)
