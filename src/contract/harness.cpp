@@ -220,6 +220,7 @@ GateOutcome run_gates(const std::function<std::vector<KernelCase>(uint64_t)>& ma
 struct Ceilings {
   double copy_bytes_per_s = 0;
   double fma_flops_per_s = 0;
+  double mma_flops_per_s = 0;  // CUDA's tensor cores (mma.sync bf16); reported, in no limit yet
 };
 
 // Memory copy bandwidth (bytes read + written) and single-core float FMA rate, best of 3.
@@ -254,7 +255,7 @@ Ceilings measure_ceilings(const std::string& backend) {
 #ifdef DRAMA_WITH_CUDA
   if (backend == "cuda") {
     const cuda::DeviceCeilings d = cuda::measure_device_ceilings();
-    return {d.copy_bytes_per_s, d.fma_flops_per_s};
+    return {d.copy_bytes_per_s, d.fma_flops_per_s, d.mma_bf16_flops_per_s};
   }
 #endif
   (void)backend;
@@ -388,9 +389,14 @@ Report run_contract(const Options& options, std::ostream& out) {
     const char* fma_name = options.backend == "cpu" ? "scalar_fma_GFLOPs" : "device_fma_GFLOPs";
     j["ceilings"] = {{"copy_GBps", ceil.copy_bytes_per_s / 1e9},
                      {fma_name, ceil.fma_flops_per_s / 1e9}};
+    if (ceil.mma_flops_per_s > 0)
+      j["ceilings"]["device_mma_bf16_GFLOPs"] = ceil.mma_flops_per_s / 1e9;
     out << "ceilings: copy " << std::setprecision(3) << ceil.copy_bytes_per_s / 1e9 << " GB/s, "
         << (options.backend == "cpu" ? "scalar" : "device") << " multiply-add "
-        << ceil.fma_flops_per_s / 1e9 << " GFLOP/s\n";
+        << ceil.fma_flops_per_s / 1e9 << " GFLOP/s";
+    if (ceil.mma_flops_per_s > 0)
+      out << ", tensor-core mma.sync (bf16) " << ceil.mma_flops_per_s / 1e9 << " GFLOP/s";
+    out << "\n";
     for (const KernelSpec& k : registry.kernels) {
       if (!options.only.empty() && k.name.find(options.only) == std::string::npos) continue;
       if (!k.limit.time_call || !backends.front()->supports(backend_method(k.name))) continue;

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_backend.cuh"
+#include "backend/cuda/mma.cuh"
 
 namespace drama::cuda {
 
@@ -18,6 +19,29 @@ __global__ void fma_kernel(float* out, int iters) {
   float s = 0;
   for (int i = 0; i < 8; ++i) s += a[i];
   if (s == 12345.0f) out[0] = s;  // never true; keeps the chains alive
+}
+
+// kMmaChains independent mma.sync m16n8k16 tiles (bfloat16 in, float32 accumulate) per warp,
+// `iters` rounds: 8 calls in flight a warp, two warps of a block on each of an SM's four
+// schedulers and several blocks an SM, to cover the instruction's latency. The operands are
+// bfloat16 values near 1 and 2^-8 from the thread index (so nothing is known at compile time);
+// mma_bf16 is asm volatile, so no call is dropped.
+constexpr int kMmaChains = 8;
+__global__ void mma_kernel(float* out, int iters) {
+  const uint32_t one = 0x3f80u + (threadIdx.x & 7u), small = 0x3b80u + (threadIdx.x & 3u);
+  const uint32_t a[4] = {one | (one << 16), small | (one << 16), one | (small << 16),
+                         small | (small << 16)};
+  const uint32_t b0 = small | (one << 16), b1 = one | (small << 16);
+  float d[kMmaChains][4];
+  for (int c = 0; c < kMmaChains; ++c)
+    for (int q = 0; q < 4; ++q) d[c][q] = 0.0f;
+  for (int it = 0; it < iters; ++it)
+#pragma unroll
+    for (int c = 0; c < kMmaChains; ++c) mma_bf16(d[c], a, b0, b1);
+  float s = 0;
+  for (int c = 0; c < kMmaChains; ++c)
+    for (int q = 0; q < 4; ++q) s += d[c][q];
+  if (s == 12345.0f) out[0] = s;  // never true; keeps the results alive
 }
 
 }  // namespace
@@ -58,6 +82,28 @@ DeviceCeilings measure_device_ceilings() {
     if (i > 0) best = std::min(best, ms);
   }
   c.fma_flops_per_s = 2.0 * 8.0 * iters * double(threads) * blocks / (best * 1e-3);
+  // Tensor cores, the same way (a warm-up launch, then the best of 3), with as many blocks as are
+  // resident at once on every SM (one full wave: its registers allow fewer blocks than the FMA
+  // kernel's, and a partial second wave would count its idle SMs against the rate).
+  const int mma_iters = 4096;
+  int mma_per_sm = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&mma_per_sm, mma_kernel, threads, 0),
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  const int mma_blocks = prop.multiProcessorCount * std::max(mma_per_sm, 1);
+  best = 1e30f;
+  for (int i = 0; i < 4; ++i) {
+    check(cudaEventRecord(t0), "cudaEventRecord");
+    mma_kernel<<<mma_blocks, threads>>>(static_cast<float*>(b), mma_iters);
+    check_launch("mma ceiling");
+    check(cudaEventRecord(t1), "cudaEventRecord");
+    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+    if (i > 0) best = std::min(best, ms);
+  }
+  const double warps = double(threads) / 32 * mma_blocks;
+  c.mma_bf16_flops_per_s =
+      2.0 * 16 * 8 * 16 * kMmaChains * double(mma_iters) * warps / (best * 1e-3);
   (void)cudaEventDestroy(t0);
   (void)cudaEventDestroy(t1);
   (void)cudaFree(a);

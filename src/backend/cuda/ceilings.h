@@ -9,6 +9,11 @@ namespace drama::cuda {
 struct DeviceCeilings {
   double copy_bytes_per_s = 0;  // device-to-device cudaMemcpy, bytes read + written, best of 5
   double fma_flops_per_s = 0;   // float32 fused multiply-adds over every SM, best of 3
+  // Tensor cores: mma.sync m16n8k16 with bfloat16 inputs and float32 accumulation (the
+  // instruction the BF16 products and version 3 of the expert products issue, mma.cuh), 2 x 16 x
+  // 8 x 16 flops a call, independent tiles in every warp over every SM, best of 3. Not Hopper's
+  // wgmma peak: the rate of the instruction the kernels use.
+  double mma_bf16_flops_per_s = 0;
 };
 
 DeviceCeilings measure_device_ceilings();
