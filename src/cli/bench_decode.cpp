@@ -28,11 +28,13 @@
 #include "format/checkpoint.h"
 #include "model/drama3_model.h"
 #include "model/prompt.h"
+#include "model/step_limit.h"
 #include "util/error.h"
 #include "util/sampling.h"
 
 #ifdef DRAMA_WITH_CUDA
 #include "backend/cuda/ceilings.h"
+#include "backend/cuda/grouped_experts.h"
 #endif
 
 namespace drama::cli {
@@ -200,74 +202,6 @@ PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const 
   return r;
 }
 
-// Expected distinct experts that `rows` rows choose, k each of E, when routing is uniform (the
-// synthetic model's random router): E (1 - (1 - k/E)^rows).
-double expected_distinct_experts(int64_t experts, int64_t k, int64_t rows) {
-  if (experts <= 0) return 0;
-  const double p = static_cast<double>(std::min(k, experts)) / static_cast<double>(experts);
-  return static_cast<double>(experts) * (1.0 - std::pow(1.0 - p, static_cast<double>(rows)));
-}
-
-// What a decode step of `lanes` lanes must move and compute, from the geometry: the bound the
-// step's time is measured against (the larger of bytes over the copy rate and flops over the
-// float32 FMA rate; the kernels use no tensor cores). `weight_bytes`: the weight bytes a step
-// reads by the workspace's counter, which includes the experts when the backend counts them
-// (the CPU); otherwise (CUDA: the choice stays on the device) each MoE layer adds the distinct
-// experts the step's rows choose, expected under uniform routing (the synthetic model's random
-// router). The KV cache: every row reads `positions` cached rows of every layer.
-struct StepLimit {
-  double weight_bytes = 0, expert_bytes = 0, kv_bytes = 0, flops = 0;
-  double bytes_ms = 0, flops_ms = 0;
-  double ms() const { return std::max(bytes_ms, flops_ms); }
-};
-
-StepLimit step_limit(const Drama3Config& c, int64_t rows, double positions, double weight_bytes,
-                     bool experts_counted, double bytes_per_expert, double copy_per_s,
-                     double flops_per_s) {
-  const auto& bb = c.backbone;
-  const auto& t = c.tower;
-  const int64_t K = c.audio.num_codebooks, cs = c.audio.codebook_size;
-  const auto attn_params = [](const TransformerConfig& x) {
-    const double q = static_cast<double>(x.num_heads * x.head_dim),
-                 kv = static_cast<double>(x.num_kv_heads * x.head_dim);
-    return static_cast<double>(x.hidden_size) * (2 * q + 2 * kv);
-  };
-  const double H = static_cast<double>(bb.hidden_size), Ht = static_cast<double>(t.hidden_size);
-  const double kv_dim = static_cast<double>(bb.num_kv_heads * bb.head_dim);
-  const double q_dim = static_cast<double>(bb.num_heads * bb.head_dim);
-  double per_row = (cs + 1) * H;  // codebook-0 head
-  int64_t moe_layers = 0;
-  for (int64_t l = 0; l < bb.num_layers; ++l) {
-    per_row += attn_params(bb) + 2 * positions * q_dim;  // projections; QK and PV
-    if (c.is_dense_layer(l)) {
-      per_row += 3 * H * static_cast<double>(bb.intermediate_size);
-    } else {
-      ++moe_layers;
-      per_row += static_cast<double>(c.moe.num_experts) * H +
-                 static_cast<double>(std::min(c.moe.experts_per_token, c.moe.num_experts)) * 3 * H *
-                     static_cast<double>(c.moe.expert_intermediate_size);
-    }
-  }
-  // The tower: K positions per frame, each through every layer; input projections, K-1 heads.
-  per_row += static_cast<double>(K) *
-             (Ht * H + static_cast<double>(t.num_layers) *
-                           (attn_params(t) + 3 * Ht * static_cast<double>(t.intermediate_size)));
-  per_row += static_cast<double>(K - 1) * static_cast<double>(cs) * Ht;
-  StepLimit s;
-  s.weight_bytes = weight_bytes;
-  s.expert_bytes = experts_counted ? 0.0
-                                   : static_cast<double>(moe_layers) *
-                                         expected_distinct_experts(c.moe.num_experts,
-                                                                   c.moe.experts_per_token, rows) *
-                                         bytes_per_expert;
-  s.kv_bytes =
-      static_cast<double>(rows) * positions * static_cast<double>(bb.num_layers) * 2 * kv_dim * 4;
-  s.flops = 2.0 * static_cast<double>(rows) * per_row;
-  s.bytes_ms = (s.weight_bytes + s.expert_bytes + s.kv_bytes) / copy_per_s * 1e3;
-  s.flops_ms = flops_per_s > 0 ? s.flops / flops_per_s * 1e3 : 0.0;  // 0: no FMA rate measured
-  return s;
-}
-
 int run_decode(const DecodeOptions& o) {
   const int64_t max_lanes = *std::max_element(o.lanes.begin(), o.lanes.end());
   ModelCapacity cap;
@@ -302,15 +236,47 @@ int run_decode(const DecodeOptions& o) {
   }
   Drama3Model& model = *owned;
   const Drama3Config& c = config;
+  const MlpWeights* expert = nullptr;
+  const MlpWeights* shared_expert = nullptr;
   for (const auto& l : (synthetic ? synthetic->weights() : ckpt->weights()).backbone)
     if (!l.dense && !l.moe.experts.empty()) {
-      const MlpWeights& e = l.moe.experts[0];
-      bytes_per_expert =
-          static_cast<double>(weight_bytes(e.gate) + weight_bytes(e.up) + weight_bytes(e.down));
+      expert = &l.moe.experts[0];
+      if (l.moe.shared_expert) shared_expert = &*l.moe.shared_expert;
+      bytes_per_expert = static_cast<double>(weight_bytes(expert->gate) + weight_bytes(expert->up) +
+                                             weight_bytes(expert->down));
     }
   int threads = o.weights.backend.threads;
   if (threads <= 0) threads = available_cores();
   const bool on_cuda = backend->name().rfind("cuda", 0) == 0;
+  // Which products run on tensor cores (the limit's arithmetic at the mma rate): on CUDA the BF16
+  // products unless DRAMA_CUDA_LINEAR=cores, and the grouped expert products under version 3
+  // (NVFP4 experts whose shapes are multiples of 16; BF16 experts run version 1). Nothing on the
+  // CPU. (Asked by setting and restoring the switches before any step is captured.)
+  TensorCoreProducts tensor_cores;
+  std::string tensor_core_products = "none (every product at the multiply-add rate)";
+#ifdef DRAMA_WITH_CUDA
+  if (on_cuda) {
+    const bool linear = cuda::set_tensor_linear(*backend, true);
+    cuda::set_tensor_linear(*backend, linear);
+    const int version = cuda::set_moe_experts_version(*backend, 3);
+    cuda::set_moe_experts_version(*backend, version);
+    const int64_t H = c.backbone.hidden_size, I = c.moe.expert_intermediate_size;
+    tensor_cores.bf16_linear = linear;
+    tensor_cores.routed_experts = version == 3 && expert &&
+                                  expert->gate.format == WeightFormat::NVFP4 && H % 16 == 0 &&
+                                  I % 16 == 0;
+    tensor_cores.shared_expert =
+        linear && shared_expert && shared_expert->gate.format == WeightFormat::BF16;
+    tensor_core_products =
+        std::string(linear ? "the BF16 products (attention projections, router, dense MLPs, "
+                             "codebook heads, tower)"
+                           : "no BF16 product (DRAMA_CUDA_LINEAR=cores)") +
+        (tensor_cores.routed_experts ? "; the routed experts (grouped expert kernels v3)"
+                                     : "; not the routed experts (grouped expert kernels v" +
+                                           std::to_string(version) + ")") +
+        (tensor_cores.shared_expert ? "; the shared expert" : "");
+  }
+#endif
 
   // A reference voice of random codes: guidance runs both branches for paired/separate.
   Voice voice;
@@ -349,7 +315,8 @@ int run_decode(const DecodeOptions& o) {
   std::unique_ptr<BandwidthProbe> probe;
   // The ceiling measured after each sample: on the CPU the host's read and copy bandwidth at
   // this thread count; on CUDA the device's copy rate (HBM serves reads and writes from one
-  // budget: the rate a step can read its weights) and its float32 FMA rate.
+  // budget: the rate a step can read its weights), its float32 FMA rate and its tensor cores'
+  // mma.sync rate.
   auto measure_ceiling = [&]() -> nlohmann::json {
 #ifdef DRAMA_WITH_CUDA
     if (on_cuda) {
@@ -357,9 +324,12 @@ int run_decode(const DecodeOptions& o) {
       return {{"read_gb_s", d.copy_bytes_per_s / 1e9},
               {"copy_gb_s", d.copy_bytes_per_s / 1e9},
               {"fma_tflops", d.fma_flops_per_s / 1e12},
+              {"mma_bf16_tflops", d.mma_bf16_flops_per_s / 1e12},
               {"note",
                "device-to-device cudaMemcpy of 1 GiB, bytes read + written (read_gb_s: the same "
-               "rate), best of 5; float32 FMA chains over every SM, best of 3"}};
+               "rate), best of 5; float32 FMA chains over every SM, best of 3; independent "
+               "mma.sync m16n8k16 bf16 -> f32 tiles in every warp over every SM (4096 flops a "
+               "call), best of 3"}};
     }
 #endif
     return probe->measure();
@@ -419,11 +389,8 @@ int run_decode(const DecodeOptions& o) {
           2 +
       static_cast<double>(o.frames) / 2;
   int64_t most_streams = 0;
-  struct {
-    double weight_bytes = 0;
-    bool experts_counted = true;
-    double copy_per_s = 0, flops_per_s = 0;
-  } limit_inputs;
+  StepLimitInputs limit_inputs;
+  limit_inputs.experts_counted = true;
   for (int64_t lanes : lane_counts) {
     // The sample with the median step time speaks for the run; every sample is listed.
     std::vector<const Sample*> order;
@@ -460,39 +427,39 @@ int run_decode(const DecodeOptions& o) {
          {"samples", per_sample}});
     // The bound this step is measured against (step_limit), from the same sample's ceiling.
     const int64_t rows = lanes * (single ? 1 : 2);
-    const double copy_per_s = med.bw["read_gb_s"].get<double>() * 1e9;
-    const double flops_per_s =
-        med.bw.contains("fma_tflops") ? med.bw["fma_tflops"].get<double>() * 1e12 : 0.0;
-    const StepLimit lim =
-        step_limit(c, rows, mean_positions, static_cast<double>(t.decode_weight_bytes) / steps,
-                   med.experts_counted, bytes_per_expert, copy_per_s, flops_per_s);
+    const auto rate = [&](const char* key, double unit) {
+      return med.bw.contains(key) ? med.bw[key].get<double>() * unit : 0.0;
+    };
+    StepLimitInputs in;
+    in.positions = mean_positions;
+    in.weight_bytes = static_cast<double>(t.decode_weight_bytes) / steps;
+    in.experts_counted = med.experts_counted;
+    in.bytes_per_expert = bytes_per_expert;
+    in.rates = {rate("read_gb_s", 1e9), rate("fma_tflops", 1e12), rate("mma_bf16_tflops", 1e12)};
+    in.tensor_cores = tensor_cores;
+    const StepLimit lim = step_limit(c, rows, in);
     nlohmann::json& limit = runs.back()["limit"];
     limit = {{"weight_bytes", lim.weight_bytes},
              {"expert_bytes_added", lim.expert_bytes},
              {"kv_cache_bytes", lim.kv_bytes},
              {"flops", lim.flops},
+             {"fma_flops", lim.fma_flops},
+             {"mma_flops_issued", lim.mma_flops},
              {"bytes_ms", lim.bytes_ms},
              {"step_ms", lim.ms()},
              {"fraction_of_limit", lim.ms() / (step_s * 1e3)}};
-    if (flops_per_s > 0) limit["flops_ms"] = lim.flops_ms;
+    if (in.rates.fma_flops_per_s > 0) limit["fma_ms"] = lim.fma_ms;
+    if (in.rates.mma_flops_per_s > 0 && lim.mma_flops > 0) limit["mma_ms"] = lim.mma_ms;
+    if (in.rates.fma_flops_per_s > 0 || in.rates.mma_flops_per_s > 0)
+      limit["flops_ms"] = lim.flops_ms();
     if (real_time_factor(step_s) >= 1.0 && lanes > most_streams) most_streams = lanes;
-    limit_inputs = {t.decode_weight_bytes / steps, med.experts_counted, copy_per_s, flops_per_s};
+    limit_inputs = in;
   }
   // The most streams the limit allows faster than real time (a step within one frame of audio),
   // from the last lane count's measured weight bytes; only where the experts are added by the
   // expected count (with counted experts the measured bytes already depend on the rows).
   nlohmann::json streams_limit = "not computed: the backend counts its experts";
-  if (!limit_inputs.experts_counted) {
-    int64_t n = 0;
-    for (int64_t lanes = 1; lanes <= 65536; ++lanes) {
-      const StepLimit lim =
-          step_limit(c, lanes * (single ? 1 : 2), mean_positions, limit_inputs.weight_bytes, false,
-                     bytes_per_expert, limit_inputs.copy_per_s, limit_inputs.flops_per_s);
-      if (lim.ms() > 1e3 / c.audio.frame_rate) break;
-      n = lanes;
-    }
-    streams_limit = n;
-  }
+  if (!limit_inputs.experts_counted) streams_limit = limit_streams(c, single ? 1 : 2, limit_inputs);
   nlohmann::json j = {
       {"bench", "decode"},
       {"provenance", provenance},
@@ -503,6 +470,7 @@ int run_decode(const DecodeOptions& o) {
       {"most_streams_faster_than_real_time", most_streams},
       {"lanes_skipped_below_real_time", skipped_lanes},
       {"limit_streams_faster_than_real_time", streams_limit},
+      {"limit_tensor_core_products", tensor_core_products},
       {"weights", o.weights.mmap ? "mapped (--mmap)" : "in memory"},
       {"cfg", o.cfg},
       {"repeats", o.repeats},
@@ -522,14 +490,19 @@ int run_decode(const DecodeOptions& o) {
        "joins at once while the other lanes stream, from its joining to its first frame. "
        "backbone_ms_per_step / tower_ms_per_step: the wall-clock split at the host's boundary "
        "between them; a step replayed as a CUDA graph has none, and all of it counts as tower. "
-       "limit: the step's bound, max(bytes / copy rate, flops / FMA rate) where the FMA rate is "
-       "measured (float32 on CUDA cores; on CUDA the BF16 products, and the expert products "
-       "with DRAMA_CUDA_EXPERTS=v3, run on tensor cores, whose rate is higher and not measured "
-       "here: the flops term is the CUDA-core bound), bytes = the counted weight bytes, plus "
-       "the distinct experts the rows choose under uniform routing where the backend does not "
-       "count them (expert_bytes_added), plus every row reading the mean cached positions of "
-       "each layer's KV cache (float32); flops = 2 x rows x the parameters a row uses (experts "
-       "per token, attention over the positions, the tower's K positions). "
+       "limit: the step's bound (model/step_limit.h), max(bytes / copy rate, mma_flops_issued / "
+       "mma rate + fma_flops / FMA rate), each term 0 where its rate is not measured. bytes = "
+       "the counted weight bytes, plus the distinct experts the rows choose under uniform "
+       "routing where the backend does not count them (expert_bytes_added), plus every row "
+       "reading the mean cached positions of each layer's KV cache (float32). flops = 2 x rows "
+       "x the parameters a row uses (experts per token, attention over the positions, the "
+       "tower's K positions). The products limit_tensor_core_products names run on tensor "
+       "cores (CUDA: mma.sync m16n8k16 bf16 -> f32): mma_flops_issued counts the mma the kernels "
+       "issue, 4096 flops each, three a (16 weights x 16 inputs x 8 rows) tile since each "
+       "float32 activation is split into three bfloat16 terms, rows padded to tiles of 8 (the "
+       "experts' tiles per expert expected under uniform routing), at mma_bf16_tflops; "
+       "fma_flops, the rest (attention's scores and value sums; every product on the CPU), at "
+       "the float32 FMA rate; the two add (different kernels, one after another). "
        "most_streams_faster_than_real_time: the most lanes measured whose streams each make a "
        "frame within one frame of audio; limit_streams_faster_than_real_time: the most the limit "
        "allows; lanes_skipped_below_real_time: with --stop-below-real-time, the lane counts "
