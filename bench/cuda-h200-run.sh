@@ -102,7 +102,15 @@ for k, v in j["backbone_step"].items():
           "launches %s, empty chain %s ms" % (v.get("launches_per_step"), v.get("empty_launch_chain_ms")))
 for k, v in j["expert_products_one_layer"].items():
     print("experts (moe_experts)", k, "%.1f us/layer" % v["us_per_layer"], "fraction %.3f" % v["fraction_of_copy_roofline"])
-print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], j["device"])
+print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], "FMA %s TFLOP/s, mma.sync bf16 %s TFLOP/s" % (
+    j["ceiling"].get("fma_tflops"), j["ceiling"].get("mma_bf16_tflops")), j["device"])
+p = j.get("paired_batch2_uniform_routing")
+if isinstance(p, dict):
+    print("paired batch 2 under uniform routing: %.1f experts a layer (batch 1 %.0f), roofline %.3f ms"
+          " against %.3f: x%.3f (goal x%.2f needs %.2f shared experts a layer); graphs here x%s" % (
+        p["experts_per_moe_layer_paired"], p["experts_per_moe_layer_batch1"], p["copy_roofline_ms_paired"],
+        p["copy_roofline_ms_batch1"], p["roofline_ratio"], p["goal_ratio"],
+        p["shared_experts_per_layer_for_goal"], p.get("measured_graph_ratio")))
 print(j.get("expert_kernels"))
 kt = j.get("kernel_times")
 if isinstance(kt, dict):
@@ -211,15 +219,17 @@ j = json.load(open(sys.argv[1]))
 for r in j["runs"]:
     l = r["limit"]
     print("lanes %4d rows %4d step %8.2f ms (backbone %.2f, tower %.2f) rtf %6.2f agg %7.0f fr/s "
-          "first %.0f/%.0f ms, joining %.1f ms; limit %.2f ms (bytes %.2f, flops %s)" % (
+          "first %.0f/%.0f ms, joining %.1f ms; limit %.2f ms (bytes %.2f, flops %s = mma %s + fma %s)" % (
         r["lanes"], r["batch_rows"], r["step_ms"], r["backbone_ms_per_step"], r["tower_ms_per_step"],
         r["stream_real_time_factor"], r["aggregate_frames_per_s"], r["first_frame_ms_median"],
         r["first_frame_ms_max"], r["first_frame_ms_joining_at_load"], l["step_ms"], l["bytes_ms"],
-        "%.2f" % l["flops_ms"] if "flops_ms" in l else "-"))
+        *("%.2f" % l[k] if k in l else "-" for k in ("flops_ms", "mma_ms", "fma_ms"))))
+    print("   ceiling:", {k: v for k, v in r["memory"].items() if k != "note"})
 print("skipped (a smaller count was already slower than real time):",
       j.get("lanes_skipped_below_real_time"))
 print("most streams faster than real time:", j["most_streams_faster_than_real_time"],
-      "limit:", j["limit_streams_faster_than_real_time"])
+      "limit:", j["limit_streams_faster_than_real_time"],
+      "(tensor cores: %s)" % j.get("limit_tensor_core_products"))
 PY
   done
   fi
