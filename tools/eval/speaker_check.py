@@ -1,7 +1,8 @@
 """How well the voice-cloning check's speaker classifier names the corpus's own speakers.
 
     python3 tools/eval/speaker_check.py --corpus DIR [--train-per-speaker 40]
-        [--test-per-speaker 40] [--json OUT]
+        [--test-per-speaker 40] [--heldout-per-speaker N] [--codec DIR [--codec-per-speaker 4]
+        [--codec-probes]] [--json OUT]
 
 The classifier of tools/eval/evaluate.py (tools/eval/speaker_id.py, trained on the first N
 training utterances of every speaker, as evaluate.py trains it) scores (a) every held-out
@@ -16,7 +17,10 @@ With --codec DIR (a checkpoint's codec/ folder: config.json + model.safetensors)
 through that codec (encode to every codebook, decode: tools/train/codec.py, whose decode
 test_train holds to tools/reference/mimi.py) and through its autoencoder alone, beside the same
 utterances as recorded: how much of a speaker's identity, as the classifier sees it, survives
-the codec, which bounds what any model speaking through it can clone."""
+the codec, which bounds what any model speaking through it can clone. --codec-probes adds two
+classifiers trained after the codec (codec_probes): on the codes themselves, and on the training
+utterances' round trips: whether the codes still carry the speaker, and whether the decoded audio
+still tells speakers apart, only coloured."""
 
 import argparse
 import collections
@@ -52,38 +56,85 @@ def score(clf, rows, corpus):
     }
 
 
-def codec_round_trip(clf, rows, corpus, codec_dir):
-    """Accuracy on rows as recorded, after encode + decode through the codec at codec_dir, and
-    through its autoencoder alone (the quantizer's projections without the codebooks: where the
-    first loses a speaker and the second does not, the codebooks are what lose it)."""
-    import numpy as np
-    import torch
+def load_codec(codec_dir):
+    """tools/train/codec.py's Codec with the weights of a checkpoint's codec/ folder."""
     for sub in ("reference", "corpus", "train"):
         sys.path.insert(0, os.path.join(HERE, "..", sub))
-    import audio  # noqa: E402
     import codec as codec_lib  # noqa: E402
     import safetensors_io  # noqa: E402
     with open(os.path.join(codec_dir, "config.json")) as f:
         config = json.load(f)
     codec = codec_lib.Codec(config, 0)
     codec.load(safetensors_io.load(os.path.join(codec_dir, "model.safetensors"))[0])
-    rate = config["sampling_rate"]
+    return codec, config["sampling_rate"]
+
+
+def read_pcm(corpus, row, rate):
+    """A corpus recording as a [1, samples] float32 tensor at the codec's rate."""
+    import numpy as np
+    import torch
+    import audio  # noqa: E402 (tools/corpus, on the path after load_codec)
+    x, got = audio.read_wav(os.path.join(corpus, row["path"]))
+    return torch.from_numpy(np.asarray(audio.resample(x, got, rate) if got != rate else x, dtype=np.float32))[None]
+
+
+def accuracies(pred, rows):
+    truth = [r["speaker"] for r in rows]
+    return (round(sum(p_ == t for p_, t in zip(pred, truth)) / len(rows), 4),
+            round(sum(source_wer.voice_of(p_) == source_wer.voice_of(t) for p_, t in zip(pred, truth)) / len(rows), 4))
+
+
+def codec_round_trip(clf, rows, corpus, codec_dir):
+    """Accuracy on rows as recorded, after encode + decode through the codec at codec_dir, and
+    through its autoencoder alone (the quantizer's projections without the codebooks: where the
+    first loses a speaker and the second does not, the codebooks are what lose it)."""
+    import torch
+    import audio  # noqa: E402
+    codec, rate = load_codec(codec_dir)
     feats = {"through_codec": [], "through_autoencoder": []}
     with torch.no_grad():
         for r in rows:
-            x, got = audio.read_wav(os.path.join(corpus, r["path"]))
-            x = torch.from_numpy(np.asarray(audio.resample(x, got, rate) if got != rate else x,
-                                            dtype=np.float32))[None]
+            x = read_pcm(corpus, r, rate)
             for name, y in (("through_codec", codec.decode(codec.encode(x))),
                             ("through_autoencoder", codec.reconstruct_unquantized(x))):
                 feats[name].append(speaker_id.features(audio.resample(y[0].numpy(), rate, 16000), 16000))
-    truth = [r["speaker"] for r in rows]
     result = {"utterances": len(rows), "accuracy_recorded": score(clf, rows, corpus)["accuracy"]}
     for name, f in feats.items():
-        pred = clf.predict(f)
-        result["accuracy_" + name] = round(sum(p_ == t for p_, t in zip(pred, truth)) / len(rows), 4)
-        result["voice_accuracy_" + name] = round(
-            sum(source_wer.voice_of(p_) == source_wer.voice_of(t) for p_, t in zip(pred, truth)) / len(rows), 4)
+        result["accuracy_" + name], result["voice_accuracy_" + name] = accuracies(clf.predict(f), rows)
+    return result
+
+
+def codec_probes(train_rows, rows, corpus, codec_dir):
+    """Where the codec loses a speaker: two classifiers trained (as the cloning check's is) on the
+    training utterances, but after the codec, and scored on rows after it too.
+    - codes: mean and deviation over frames of the decoder's input (Codec.embedding of the codes):
+      whether the codes still carry the speaker, whatever the decoder makes of them;
+    - matched: the MFCC classifier trained on the training utterances' round trips: whether the
+      decoded audio still tells the speakers apart, colouring and all (the cloning check's
+      classifier is trained on recorded audio)."""
+    import numpy as np
+    import torch
+    import audio  # noqa: E402
+    codec, rate = load_codec(codec_dir)
+
+    def features(picked):
+        codes_f, decoded_f = [], []
+        with torch.no_grad():
+            for r in picked:
+                codes = codec.encode(read_pcm(corpus, r, rate))
+                emb = codec.embedding(codes)[0].numpy()
+                codes_f.append(np.concatenate([emb.mean(1), emb.std(1)]))
+                y = codec.decode(codes)[0].numpy()
+                decoded_f.append(speaker_id.features(audio.resample(y, rate, 16000), 16000))
+        return codes_f, decoded_f
+
+    train_codes, train_decoded = features(train_rows)
+    test_codes, test_decoded = features(rows)
+    labels = [r["speaker"] for r in train_rows]
+    result = {"train_utterances": len(train_rows), "utterances": len(rows)}
+    for name, (tr, te) in (("codes", (train_codes, test_codes)), ("matched", (train_decoded, test_decoded))):
+        clf = speaker_id.SpeakerClassifier().fit(tr, labels)
+        result["accuracy_" + name], result["voice_accuracy_" + name] = accuracies(clf.predict(te), rows)
     return result
 
 
@@ -92,8 +143,12 @@ def main(argv=None):
     p.add_argument("--corpus", required=True)
     p.add_argument("--train-per-speaker", type=int, default=40)
     p.add_argument("--test-per-speaker", type=int, default=40)
+    p.add_argument("--heldout-per-speaker", type=int, default=None,
+                   help="score only the first N held-out recordings of each speaker (default: all)")
     p.add_argument("--codec", help="also score held-out utterances through this codec folder")
     p.add_argument("--codec-per-speaker", type=int, default=4)
+    p.add_argument("--codec-probes", action="store_true",
+                   help="with --codec: classifiers trained after the codec too (codec_probes)")
     p.add_argument("--json")
     args = p.parse_args(argv)
     start = time.time()
@@ -107,7 +162,12 @@ def main(argv=None):
             train.append(r)
         elif seen[r["speaker"]] <= args.train_per_speaker + args.test_per_speaker:
             unseen.append(r)
-    heldout = [r for r in rows if r["split"] == "heldout"]
+    heldout, per = [], collections.Counter()
+    for r in rows:  # every held-out recording, or the first --heldout-per-speaker of each speaker
+        if r["split"] == "heldout":
+            per[r["speaker"]] += 1
+            if args.heldout_per_speaker is None or per[r["speaker"]] <= args.heldout_per_speaker:
+                heldout.append(r)
     clf = speaker_id.SpeakerClassifier().fit(
         [evaluate.feature_of(os.path.join(args.corpus, r["path"])) for r in train],
         [r["speaker"] for r in train])
@@ -115,10 +175,12 @@ def main(argv=None):
         "what": "speaker classifier of the cloning check on the corpus's own audio (tools/eval/speaker_check.py)",
         "settings": {"speakers": len(clf.classes), "train_per_speaker": args.train_per_speaker,
                      "test_per_speaker": args.test_per_speaker,
+                     "heldout_per_speaker": args.heldout_per_speaker,
                      "features": "mean/std of 13 MFCCs and deltas at 16 kHz; logistic regression"},
         "heldout": score(clf, heldout, args.corpus) if heldout else None,
         "unseen_train_sentences": score(clf, unseen, args.corpus) if unseen else None,
         "codec_round_trip": None,
+        "codec_probes": None,
         "seconds": None,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": platform.machine(),
@@ -131,6 +193,8 @@ def main(argv=None):
                 picked.append(r)
         result["codec_round_trip"] = codec_round_trip(clf, picked, args.corpus, args.codec)
         result["settings"]["codec_per_speaker"] = args.codec_per_speaker
+        if args.codec_probes:
+            result["codec_probes"] = codec_probes(train, picked, args.corpus, args.codec)
     result["seconds"] = round(time.time() - start, 1)
     text = json.dumps(result, indent=1)
     print(text)

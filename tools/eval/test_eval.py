@@ -77,12 +77,19 @@ class SpeakerCheck(unittest.TestCase):
             out = os.path.join(d, "check.json")
             self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
                                                  "--test-per-speaker", "2", "--codec", CODEC,
-                                                 "--codec-per-speaker", "2", "--json", out]), 0)
-            r = json.load(open(out))["codec_round_trip"]
+                                                 "--codec-per-speaker", "2", "--codec-probes",
+                                                 "--json", out]), 0)
+            result = json.load(open(out))
+            r = result["codec_round_trip"]
             self.assertEqual(r["utterances"], 4)  # the first 2 held-out of each speaker
             self.assertEqual(r["accuracy_recorded"], 1.0)
             for name in ("through_codec", "through_autoencoder"):
                 self.assertTrue(0.0 <= r["accuracy_" + name] <= 1.0)
+            # the probes train on the 6 training utterances of each speaker after the codec and
+            # score the same 4: two tones an octave apart stay apart in the codes and the decodes
+            probes = result["codec_probes"]
+            self.assertEqual((probes["train_utterances"], probes["utterances"]), (12, 4))
+            self.assertEqual((probes["accuracy_codes"], probes["accuracy_matched"]), (1.0, 1.0))
 
     def test_classifier_is_deterministic(self):
         rng = np.random.default_rng(1)

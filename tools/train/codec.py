@@ -365,6 +365,11 @@ class Codec:
         return self._decode(codes)
 
     def _decode(self, codes):
+        return self.decode_latent(self.embedding(codes))
+
+    def embedding(self, codes):
+        """codes [B, F, K] -> the decoder's input [B, hidden, F]: each part's codebook vectors
+        summed and through its output projection, the parts summed."""
         emb = None
         for prefix, first, count in self.model.rvq_parts(codes.shape[-1]):
             if count <= 0:
@@ -372,4 +377,4 @@ class Codec:
             q = sum(self._codebook(prefix, i)[codes[..., first + i]] for i in range(count))
             part = self.model.project(q.transpose(1, 2), prefix + ".output_proj.weight")
             emb = part if emb is None else emb + part
-        return self.decode_latent(emb)
+        return emb
