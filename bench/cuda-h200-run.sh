@@ -107,10 +107,12 @@ print("copy", "%.0f GB/s" % j["ceiling"]["copy_gb_s"], "FMA %s TFLOP/s, mma.sync
 p = j.get("paired_batch2_uniform_routing")
 if isinstance(p, dict):
     print("paired batch 2 under uniform routing: %.1f experts a layer (batch 1 %.0f), roofline %.3f ms"
-          " against %.3f: x%.3f (goal x%.2f needs %.2f shared experts a layer); graphs here x%s" % (
+          " against %.3f: x%.3f (goal x%.2f needs %.2f shared experts a layer); graphs here x%s,"
+          " both rows routed alike x%s" % (
         p["experts_per_moe_layer_paired"], p["experts_per_moe_layer_batch1"], p["copy_roofline_ms_paired"],
         p["copy_roofline_ms_batch1"], p["roofline_ratio"], p["goal_ratio"],
-        p["shared_experts_per_layer_for_goal"], p.get("measured_graph_ratio")))
+        p["shared_experts_per_layer_for_goal"], p.get("measured_graph_ratio"),
+        p.get("measured_graph_ratio_same_routing")))
 print(j.get("expert_kernels"))
 kt = j.get("kernel_times")
 if isinstance(kt, dict):

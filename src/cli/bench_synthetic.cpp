@@ -315,7 +315,11 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // beside the default (on unless DRAMA_CUDA_PDL=0), and with the other BF16 product kernel
   // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor)
   // and with the other attention kernel (DRAMA_CUDA_ATTENTION: names ending _attention_v1/_v2).
-  // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N.
+  // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N. The paired step also runs
+  // as a graph with its two rows identical (paired_batch2_same_routing_graph): one routing for
+  // both, as a trained model's guidance branches mostly choose (drama-mini's share 94% of their
+  // experts: results/routing-overlap-drama-mini.json), where the plain paired rows (other frame
+  // codes) route apart under the random router.
   struct StepRun {
     int version;
     int64_t rows;
@@ -323,12 +327,14 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     bool no_pdl;
     bool other_linear = false;
     bool other_attention = false;
+    bool same_rows = false;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
     for (const int64_t rows : {int64_t{1}, int64_t{2}})
       step_runs.push_back({v, rows, false, false});
   for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false});
+  step_runs.push_back({0, 2, true, false, false, false, true});
 #ifdef DRAMA_WITH_CUDA
   const bool pdl_default = on_cuda && cuda::set_programmatic_launch(b, true);
   bool tensor_default = false;
@@ -361,9 +367,14 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     for (int64_t slot = 0; slot < rows; ++slot) host_tables.add(cache, slot, prompt);
     return host_tables.upload(ws);
   };
-  auto step_codes = [&](int64_t rows) {
-    return std::span<const int32_t>(codes.data(),
-                                    static_cast<size_t>(c.audio.num_codebooks * rows));
+  // Every row its own frame codes, or (same) every row the first row's.
+  std::vector<int32_t> same_codes;
+  auto step_codes = [&](int64_t rows, bool same = false) {
+    const size_t n = static_cast<size_t>(c.audio.num_codebooks * rows);
+    if (!same) return std::span<const int32_t>(codes.data(), n);
+    same_codes.resize(n);
+    for (size_t i = 0; i < n; ++i) same_codes[i] = codes[i % c.audio.num_codebooks];
+    return std::span<const int32_t>(same_codes);
   };
   // The step from frame ids already in device memory (as captured work takes it: no upload).
   auto step_from_ids = [&](const int32_t* ids, int64_t rows, const RowTables& tables) {
@@ -373,8 +384,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
   };
   // Uploads the frame ids of `rows` branches once and returns where they are on the device.
-  auto stage_ids = [&](int64_t rows) {
-    backbone.embed_frames(ws, step_codes(rows), rows, x->f32());
+  auto stage_ids = [&](int64_t rows, bool same) {
+    backbone.embed_frames(ws, step_codes(rows, same), rows, x->f32());
     return static_cast<const int32_t*>(
         ws.i32(Buf::kIds, static_cast<size_t>(c.audio.num_codebooks * rows)));
   };
@@ -383,6 +394,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const int version = run.version;
     const int64_t rows = run.rows;
     const bool captured = run.captured;
+    const bool same = run.same_rows;
     use_version(version);
 #ifdef DRAMA_WITH_CUDA
     if (on_cuda) {
@@ -395,21 +407,21 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const RowTables tables = step_tables(rows);
     std::vector<double> per_step;
     uint64_t step_bytes = 0, step_d2h = 0, step_h2d = 0, step_allocs = 0;
-    const std::string key = "bench backbone " + std::to_string(rows);
+    const std::string key = "bench backbone " + std::to_string(rows) + (same ? " same" : "");
     for (int rep = 0; rep < repeats; ++rep) {
       const uint64_t before = ws.weight_bytes_read();
       const TransferCounters t0c = b.transfers();
       const auto t0 = Clock::now();
       if (!captured) {
         for (int64_t s = 0; s < steps; ++s) {
-          backbone.embed_frames(ws, step_codes(rows), rows, x->f32());
+          backbone.embed_frames(ws, step_codes(rows, same), rows, x->f32());
           backbone.forward(ws, x->f32(), rows, tables, cache);
           backbone.final_norm(ws, x->f32(), rows, h->f32());
           backbone.codebook0_logits(ws, h->f32(), rows, logits->f32());
         }
       } else {
         // The frame ids uploaded once (a capture takes no upload); the rest as one sequence.
-        const int32_t* ids = stage_ids(rows);
+        const int32_t* ids = stage_ids(rows, same);
         for (int64_t s = 0; s < steps; ++s)
           ws.run_captured(key, [&] { step_from_ids(ids, rows, tables); });
       }
@@ -437,8 +449,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     if (run.other_attention) other_kernel = "_attention_v" + std::to_string(3 - attention_default);
 #endif
     nlohmann::json& row =
-        results[rows_name(rows) + suffix(version, "_experts_v") + (captured ? "_graph" : "") +
-                (run.no_pdl ? "_no_pdl" : "") + other_kernel];
+        results[rows_name(rows) + (same ? "_same_routing" : "") + suffix(version, "_experts_v") +
+                (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "") + other_kernel];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},
@@ -473,7 +485,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     use_version(0);
     for (const int64_t rows : all_rows) {
       const RowTables tables = step_tables(rows);
-      const int32_t* ids = stage_ids(rows);
+      const int32_t* ids = stage_ids(rows, false);
       const cuda::KernelTimes kt =
           cuda::time_each_kernel(b, [&] { step_from_ids(ids, rows, tables); });
       // By kernel name (in order of first launch), and the step's first kSequenceKept launches
@@ -665,10 +677,13 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
                       {"roofline_ratio", p.ratio},
                       {"goal_ratio", kGoal},
                       {"shared_experts_per_layer_for_goal", p.shared_experts_for(kGoal)}};
-    if (results.contains("paired_batch2_graph") && results.contains("batch1_graph"))
-      paired_uniform["measured_graph_ratio"] =
-          results["paired_batch2_graph"]["per_step_ms"].get<double>() /
-          results["batch1_graph"]["per_step_ms"].get<double>();
+    for (const char* name : {"paired_batch2_graph", "paired_batch2_same_routing_graph"})
+      if (results.contains(name) && results.contains("batch1_graph"))
+        paired_uniform[std::string(name) == "paired_batch2_graph"
+                           ? "measured_graph_ratio"
+                           : "measured_graph_ratio_same_routing"] =
+            results[name]["per_step_ms"].get<double>() /
+            results["batch1_graph"]["per_step_ms"].get<double>();
     paired_uniform["note"] =
         "experts_per_moe_layer_paired: the distinct experts two rows choose under uniform "
         "routing, E (1 - (1 - k/E)^2); weight_bytes_paired: batch 1's weight bytes plus the "
@@ -676,7 +691,10 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
         "floor over batch 1's (a step at its roofline cannot be paired at less); "
         "shared_experts_per_layer_for_goal: the experts per layer the branches would have to "
         "share for that floor to be within goal_ratio; measured_graph_ratio: this run's graphed "
-        "steps (its two rows share their prompt: not routed as two guidance branches are)";
+        "paired step over batch 1's (its two rows share their prompt but not their frame codes: "
+        "they route apart, as under uniform routing); measured_graph_ratio_same_routing: the same "
+        "with the two rows identical (one routing for both, as a trained model's branches mostly "
+        "route: drama-mini's share 94% of their experts)";
   }
   nlohmann::json ceiling = {{"copy_gb_s", ceil.copy_bytes_per_s / 1e9},
                             {"what", ceil.what},

@@ -69,6 +69,15 @@ TEST(BenchDecodeCli, StepRowsBeyondThePromptRunAsGraphs) {
   for (const char* name : {"batch1", "rows_8_graph", "rows_100_graph"})
     EXPECT_TRUE(steps.contains(name)) << name;
   EXPECT_EQ(steps.at("rows_100_graph").at("rows").get<int64_t>(), 100);
+  // The paired step with its two rows identical routes both rows alike: on the CPU (which counts
+  // the experts it runs) it reads exactly batch 1's weights, where the plain paired step, whose
+  // rows route apart, reads more.
+  const auto bytes = [&](const char* name) {
+    return steps.at(name).at("weight_bytes_per_step").get<uint64_t>();
+  };
+  EXPECT_EQ(bytes("paired_batch2_same_routing_graph"), bytes("batch1"));
+  EXPECT_GT(bytes("paired_batch2"), bytes("batch1"));
+  EXPECT_TRUE(j.at("paired_batch2_uniform_routing").contains("measured_graph_ratio_same_routing"));
   const testing::CliResult refused = run_drama(
       "bench decode --synthetic " + quote(config) + " --step-rows 513 --frames 1", dir.path());
   EXPECT_NE(refused.status, 0);

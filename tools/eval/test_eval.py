@@ -3,6 +3,7 @@ the speaker classifier and speaker_check.py on a small synthetic corpus whose "s
 harmonic tones of different pitch and brightness."""
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -90,6 +91,33 @@ class SpeakerCheck(unittest.TestCase):
             probes = result["codec_probes"]
             self.assertEqual((probes["train_utterances"], probes["utterances"]), (12, 4))
             self.assertEqual((probes["accuracy_codes"], probes["accuracy_matched"]), (1.0, 1.0))
+
+    @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
+    def test_routing_overlap_compares_the_branches_row_by_row(self):
+        import routing_overlap
+        import torch
+        model_dir = os.path.dirname(CODEC)
+        with tempfile.TemporaryDirectory() as d:
+            make_corpus(d, {"festival-kal-a": (110, 0.6)}, train=0, heldout=2)
+            out = os.path.join(d, "overlap.json")
+            self.assertEqual(routing_overlap.main(["--checkpoint", model_dir, "--corpus", d,
+                                                   "--voices", "festival-kal-a", "--sentences", "2",
+                                                   "--json", out]), 0)
+            r = json.load(open(out))
+            k = r["settings"]["experts_per_token"]
+            self.assertEqual(r["uniform_routing_mean_shared"], round(k * k / r["settings"]["experts"], 4))
+            # 1 s recordings: 13 frames at 12.5 frames/s or 25 at 25; one decode row per frame plus
+            # the text's end, for each of the 2 utterances
+            frames = math.ceil(r["settings"].get("frame_rate", 25) * 1.0)
+            self.assertEqual(r["per_voice"]["festival-kal-a"]["decode_rows"], 2 * (frames + 1))
+            self.assertTrue(0 <= r["mean_shared"] <= k and 0 <= r["fraction_same_set"] <= 1)
+            # planted: the same prompt in both branches shares every expert at every row
+            model = routing_overlap.drama3.Drama3(model_dir)
+            log = routing_overlap.RouteLog(model)
+            x = model.prompt("some words")
+            a, b = log.run(model, x), log.run(model, x)
+            self.assertTrue(a and all(a[i] == b[i] for i in a))
+            self.assertTrue(all(len(s) == k for rows in a.values() for s in rows))
 
     def test_classifier_is_deterministic(self):
         rng = np.random.default_rng(1)
