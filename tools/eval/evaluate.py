@@ -16,6 +16,10 @@ sentences are the targets, never the reference's own.
 - Voice cloning: a speaker classifier (tools/eval/speaker_id.py: MFCC statistics + logistic
   regression) trained on the corpus's training utterances names the speaker of each output made
   with a voice; accuracy and mean probability of the right speaker, per gamma.
+- --codec-bound: the same recordings also through the checkpoint's codec (`drama codec encode`,
+  then `decode`: what any model speaking through it is heard through) are recognised and
+  classified: per voice the WER of the round trip beside the source's and the model's, and the
+  classifier's accuracy on the round trips, the bounds the codec sets on both figures.
 Writes a receipt (--json) with the settings, the model's provenance label and every figure."""
 
 import argparse
@@ -76,6 +80,8 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--jobs", type=int, default=os.cpu_count())
     p.add_argument("--classifier-per-speaker", type=int, default=40)
+    p.add_argument("--codec-bound", action="store_true",
+                   help="also the source recordings through the checkpoint's codec (WER, classifier)")
     p.add_argument("--work", default="out/eval")
     p.add_argument("--json")
     args = p.parse_args(argv)
@@ -121,8 +127,25 @@ def main(argv=None):
                     cmd += ["--voice", os.path.join(args.work, "voices", cond + ".voice"),
                             "--gamma", str(gamma)]
                 jobs.append((cond, gamma, i, out, cmd))
+    # The codec's round trips of the source recordings (--codec-bound), as more jobs.
+    bound = []  # (voice, sentence id, output path, commands)
+    if args.codec_bound:
+        os.makedirs(os.path.join(args.work, "codes"), exist_ok=True)
+        for v in voices:
+            folder = os.path.join(args.work, "audio", f"codec-{v}")
+            os.makedirs(folder, exist_ok=True)
+            for i in targets:
+                codes = os.path.join(args.work, "codes", f"{v}.{i}.codes")
+                out = os.path.join(folder, i + ".wav")
+                bound.append((v, i, out, [
+                    [args.drama, "codec", "encode", os.path.join(args.corpus, heldout[v][i]["path"]),
+                     "-o", codes, "--threads", "1"] + model_args,
+                    [args.drama, "codec", "decode", codes, "-o", out, "--threads", "1"] + model_args]))
     # One at a time: drama takes a lock on the device (and each call uses one thread).
     stderrs = [run(j[4]) for j in jobs]
+    for _, _, _, commands in bound:
+        for cmd in commands:
+            run(cmd)
     label = provenance(stderrs[0]) if stderrs else label
     say_seconds = time.time() - start
 
@@ -130,6 +153,7 @@ def main(argv=None):
     items = [(f"{c}-g{g:g}.{i}", out) for c, g, i, out, _ in recognised]
     items += [(f"source-{v}.{i}", os.path.join(args.corpus, heldout[v][i]["path"]))
               for v in voices for i in targets]
+    items += [(f"codec-{v}.{i}", out) for v, i, out, _ in bound]
     hyp = asr.recognize(items, args.jobs)
     result = {"what": "drama-mini evaluation (tools/eval/evaluate.py)", "provenance": label,
               "settings": {"sentences": len(targets), "reference_sentence": reference_id,
@@ -138,11 +162,16 @@ def main(argv=None):
                            "max_duration_s": args.max_duration, "model_args": args.model_args,
                            "skip": args.skip, "sample_args": args.sample_args},
               "wer": {}, "source_wer": {}, "cloning": {}}
+    if bound:
+        result["settings"]["codec_bound"] = True
+        result["codec_wer"] = {}
     for c, g in sorted({(c, g) for c, g, _, _, _ in recognised}):
         result["wer"][f"{c} gamma {g:g}" if c != "none" else "no voice"] = round(
             asr.wer((text[i], hyp[f"{c}-g{g:g}.{i}"]) for i in targets), 4)
     for v in voices:
         result["source_wer"][v] = round(asr.wer((text[i], hyp[f"source-{v}.{i}"]) for i in targets), 4)
+        if bound:
+            result["codec_wer"][v] = round(asr.wer((text[i], hyp[f"codec-{v}.{i}"]) for i in targets), 4)
 
     # Speaker classifier on the corpus's training utterances (all speakers).
     train_rows, count = [], {}
@@ -158,6 +187,10 @@ def main(argv=None):
         pred = clf.predict([feature_of(path) for _, path in src])
         result["cloning"]["classifier_on_source_heldout"] = round(
             sum(p_ == v for p_, (v, _) in zip(pred, src)) / len(src), 4)
+        if bound:
+            pred = clf.predict([feature_of(out) for _, _, out, _ in bound])
+            result["cloning"]["classifier_on_codec_round_trip"] = round(
+                sum(p_ == v for p_, (v, _, _, _) in zip(pred, bound)) / len(bound), 4)
         for g in gammas:
             outs = [(c, out) for c, gg, _, out, _ in jobs if c != "none" and gg == g]
             feats = [feature_of(out) for _, out in outs]

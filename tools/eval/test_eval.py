@@ -5,6 +5,7 @@ harmonic tones of different pitch and brightness."""
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -49,7 +50,8 @@ def make_corpus(root, speakers, train, heldout):
         f.write("\n".join(lines) + "\n")
 
 
-CODEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "drama-mini", "codec")
+MODEL = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models", "drama-mini"))
+CODEC = os.path.join(MODEL, "codec")
 
 
 class SpeakerCheck(unittest.TestCase):
@@ -118,6 +120,40 @@ class SpeakerCheck(unittest.TestCase):
             a, b = log.run(model, x), log.run(model, x)
             self.assertTrue(a and all(a[i] == b[i] for i in a))
             self.assertTrue(all(len(s) == k for rows in a.values() for s in rows))
+
+    @unittest.skipUnless(os.path.exists(CODEC) and os.environ.get("DRAMA_BIN") and shutil.which("pocketsphinx_batch"),
+                         "needs the bundled model, DRAMA_BIN and pocketsphinx")
+    def test_evaluation_puts_the_codec_bound_beside_source_and_model(self):
+        import evaluate
+        with tempfile.TemporaryDirectory() as d:
+            corpus, work, out = os.path.join(d, "corpus"), os.path.join(d, "work"), os.path.join(d, "eval.json")
+            make_corpus(corpus, {"low-a": (110, 0.6), "high-a": (260, 0.3)}, train=3, heldout=3)
+            saved = os.environ.get("DRAMA_LOCK_DIR")
+            os.environ["DRAMA_LOCK_DIR"] = os.path.join(d, "locks")  # beside other tests' drama
+            try:
+                self.assertEqual(evaluate.main([
+                    "--corpus", corpus, "--voices", "low-a,high-a", "--sentences", "2", "--gammas", "1.5",
+                    "--drama", os.environ["DRAMA_BIN"], "--max-duration", "2", "--jobs", "2",
+                    "--model-args", f"--checkpoint {MODEL} --manifest {MODEL}/manifest.json",
+                    "--codec-bound", "--work", work, "--json", out]), 0)
+            finally:
+                if saved is None:
+                    os.environ.pop("DRAMA_LOCK_DIR", None)
+                else:
+                    os.environ["DRAMA_LOCK_DIR"] = saved
+            r = json.load(open(out))
+            self.assertTrue(r["settings"]["codec_bound"])
+            self.assertEqual(sorted(r["codec_wer"]), ["high-a", "low-a"])
+            self.assertEqual(sorted(r["codec_wer"]), sorted(r["source_wer"]))
+            self.assertTrue(all(w >= 0 for w in r["codec_wer"].values()))
+            self.assertTrue(0 <= r["cloning"]["classifier_on_codec_round_trip"] <= 1)
+            for v in ("low-a", "high-a"):  # each target's round trip (the first held-out
+                folder = os.path.join(work, "audio", f"codec-{v}")  # recording is the voice)
+                self.assertEqual(sorted(os.listdir(folder)), ["0004.wav", "0005.wav"])
+                for name in os.listdir(folder):  # the recording's second, in whole frames
+                    with wave.open(os.path.join(folder, name)) as w:
+                        self.assertEqual(w.getframerate(), 24000)
+                        self.assertLess(abs(w.getnframes() - 24000), 960 + 1)
 
     def test_classifier_is_deterministic(self):
         rng = np.random.default_rng(1)
