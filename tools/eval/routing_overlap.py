@@ -22,7 +22,6 @@ paired step's expert reads (2k - shared, against k for one row)."""
 
 import argparse
 import csv
-import json
 import os
 import platform
 import sys
@@ -32,12 +31,14 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 for sub in ("reference", "corpus"):
     sys.path.insert(0, os.path.join(HERE, "..", sub))
 
 import audio  # noqa: E402
 import drama3  # noqa: E402
 import mimi  # noqa: E402
+import receipts  # noqa: E402
 
 
 def recordings(corpus, speaker, skip_text, count):
@@ -143,12 +144,7 @@ def main(argv=None):
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": platform.machine(),
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json + ".partial", "w") as f:
-            f.write(text + "\n")
-        os.replace(args.json + ".partial", args.json)
+    receipts.emit(result, args.json)
     return 0
 
 

@@ -34,6 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import evaluate  # noqa: E402
+import receipts  # noqa: E402
 import source_wer  # noqa: E402
 import speaker_id  # noqa: E402
 
@@ -196,12 +197,7 @@ def main(argv=None):
         if args.codec_probes:
             result["codec_probes"] = codec_probes(train, picked, args.corpus, args.codec)
     result["seconds"] = round(time.time() - start, 1)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        with open(args.json + ".partial", "w") as f:
-            f.write(text + "\n")
-        os.replace(args.json + ".partial", args.json)
+    receipts.emit(result, args.json)
     return 0
 
 

@@ -97,7 +97,6 @@ class SpeakerCheck(unittest.TestCase):
     @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
     def test_routing_overlap_compares_the_branches_row_by_row(self):
         import routing_overlap
-        import torch
         model_dir = os.path.dirname(CODEC)
         with tempfile.TemporaryDirectory() as d:
             make_corpus(d, {"festival-kal-a": (110, 0.6)}, train=0, heldout=2)

@@ -72,6 +72,18 @@ class SpectralLoss:
         return mel_loss / len(self.sizes), stft_loss / len(self.sizes)
 
 
+def _conv_stack(net, x):
+    """A discriminator's convolutions in order, leaky ReLU between them: (the last one's output,
+    the feature maps after every other one)."""
+    features = []
+    for i, conv in enumerate(net):
+        x = conv(x)
+        if i < len(net) - 1:
+            x = F.leaky_relu(x, 0.2)
+            features.append(x)
+    return x, features
+
+
 class StftDiscriminator(torch.nn.Module):
     """Multi-scale STFT discriminator (EnCodec's MS-STFT-D, smaller): real/imag planes through
     2-D convolutions at three resolutions; returns per-scale logits and feature maps."""
@@ -98,13 +110,7 @@ class StftDiscriminator(torch.nn.Module):
             window = self._windows[key]
             s = torch.stft(y, n, n // 4, window=window, return_complex=True)
             x = torch.stack([s.real, s.imag], dim=1).transpose(2, 3)  # [B, 2, frames, bins]
-            features = []
-            for i, conv in enumerate(net):
-                x = conv(x)
-                if i < len(net) - 1:
-                    x = F.leaky_relu(x, 0.2)
-                    features.append(x)
-            outs.append((x, features))
+            outs.append(_conv_stack(net, x))
         return outs
 
 
@@ -131,14 +137,7 @@ class PeriodDiscriminator(torch.nn.Module):
         for p, net in zip(self.periods, self.nets):
             pad = (-y.shape[-1]) % p
             x = F.pad(y, (0, pad), mode="reflect") if pad else y
-            x = x.view(x.shape[0], 1, -1, p)  # [B, 1, frames, period]
-            features = []
-            for i, conv in enumerate(net):
-                x = conv(x)
-                if i < len(net) - 1:
-                    x = F.leaky_relu(x, 0.2)
-                    features.append(x)
-            outs.append((x, features))
+            outs.append(_conv_stack(net, x.view(x.shape[0], 1, -1, p)))  # [B, 1, frames, period]
         return outs
 
 

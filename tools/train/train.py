@@ -102,6 +102,15 @@ def lr_at(step, steps, base, warmup):
     return base * 0.5 * (1 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, steps - warmup))))
 
 
+def take_step(runner, fn, key, inputs, device, eager=False):
+    """One training step: through runner (cuda_graph.GraphedStep: host inputs pinned for the
+    asynchronous copy into the graph's) or, without one or when eager, fn on inputs moved to the
+    device. fn(key, inputs) either way."""
+    if runner is not None and not eager:
+        return runner(key, {n: t.pin_memory() if t.device.type == "cpu" else t for n, t in inputs.items()})
+    return fn(key, {n: t.to(device) for n, t in inputs.items()})
+
+
 def make_codec(config, recipe, device):
     return codec_lib.Codec(config["codec"], recipe["seed"], device)
 
@@ -145,14 +154,9 @@ def train_codec(args, config, recipe, deadline):
     names = {p: n for n, p in codec.params.items()}
     dnames = {p: n for n, p in disc.named_parameters()}
     tensors, info = state.load(os.path.join(folder, "state"))
-    step = rewarm_from = 0
     if info:
-        step = info["step"]
-        rewarm_from = step if not info["has_moments"] else 0
         codec.load({n[6:]: t for n, t in tensors.items() if n.startswith("codec.")})
-        disc.load_state_dict({n[5:]: t for n, t in tensors.items() if n.startswith("disc.")})
-        state.restore_optimizer(opt, names, {n[2:]: t for n, t in tensors.items() if n.startswith("g.")}, step)
-        state.restore_optimizer(opt_d, dnames, {n[2:]: t for n, t in tensors.items() if n.startswith("d.")}, step)
+    step, rewarm_from = restore_adversarial(tensors, info, disc, opt, opt_d, names, dnames)
     if step >= r["steps"]:
         return True
     rows = data.read_corpus(args.corpus, "train")
@@ -176,10 +180,8 @@ def train_codec(args, config, recipe, deadline):
         adv, keep = step >= r["adv_start"], codec.keep_mask(n_q)
         if adv and runner is not None:
             runner.drop(False)  # the step without the discriminator is not taken again
-        if runner is not None and not warming:  # the warm-up's changing rate stays eager
-            out = runner(adv, {"x": x.pin_memory(), "keep": keep})
-        else:
-            out = step_fn(adv, {"x": x.to(device), "keep": keep})
+        # (the warm-up's changing rate stays eager)
+        out = take_step(runner, step_fn, adv, {"x": x, "keep": keep}, device, eager=warming)
         step += 1
         if step % r["log_every"] == 0 or step == 1:
             append_losses(os.path.join(folder, "losses.tsv"), {
@@ -251,10 +253,29 @@ def codec_step_fn(codec, disc, opt, opt_d, spectral, r, decoder_only=False):
 
 def save_codec(folder, codec, disc, opt, opt_d, names, dnames, step):
     tensors = {"codec." + n: t for n, t in codec.tensors().items()}
-    tensors.update({"disc." + n: t for n, t in disc.state_dict().items()})
+    save_adversarial(folder, tensors, disc, opt, opt_d, names, dnames, {"stage": "codec", "step": step})
+
+
+def save_adversarial(folder, tensors, disc, opt, opt_d, names, dnames, info):
+    """folder/state: the generator's `tensors` with the discriminator's ("disc.") and the two
+    optimizers' moments ("g.", "d."): the codec and decoder stages' common part."""
+    tensors = dict(tensors, **{"disc." + n: t for n, t in disc.state_dict().items()})
     moments = {"g." + n: t for n, t in state.optimizer_tensors(opt, names).items()}
     moments.update({"d." + n: t for n, t in state.optimizer_tensors(opt_d, dnames).items()})
-    state.save(os.path.join(folder, "state"), tensors, {"stage": "codec", "step": step}, moments)
+    state.save(os.path.join(folder, "state"), tensors, info, moments)
+
+
+def restore_adversarial(tensors, info, disc, opt, opt_d, names, dnames):
+    """The other half of save_adversarial: the discriminator and both optimizers from a loaded
+    state (none: nothing); returns (step, the step to warm the rate up again from, 0 where the
+    moments came back)."""
+    if not info:
+        return 0, 0
+    step = info["step"]
+    disc.load_state_dict({n[5:]: t for n, t in tensors.items() if n.startswith("disc.")})
+    state.restore_optimizer(opt, names, {n[2:]: t for n, t in tensors.items() if n.startswith("g.")}, step)
+    state.restore_optimizer(opt_d, dnames, {n[2:]: t for n, t in tensors.items() if n.startswith("d.")}, step)
+    return step, (step if not info["has_moments"] else 0)
 
 
 def train_decoder(args, config, recipe, deadline):
@@ -285,14 +306,9 @@ def train_decoder(args, config, recipe, deadline):
     pnames = {codec.params[n]: n for n in names}
     dnames = {p: n for n, p in disc.named_parameters()}
     tensors, info = state.load(os.path.join(folder, "state"))
-    step = rewarm_from = 0
     if info:
-        step = info["step"]
-        rewarm_from = step if not info["has_moments"] else 0
         codec.load(dict(codec.tensors(), **decoder_tensors(args.work, codec_done)))
-        disc.load_state_dict({n[5:]: t for n, t in tensors.items() if n.startswith("disc.")})
-        state.restore_optimizer(opt, pnames, {n[2:]: t for n, t in tensors.items() if n.startswith("g.")}, step)
-        state.restore_optimizer(opt_d, dnames, {n[2:]: t for n, t in tensors.items() if n.startswith("d.")}, step)
+    step, rewarm_from = restore_adversarial(tensors, info, disc, opt, opt_d, pnames, dnames)
     if step >= r["steps"]:
         return True
     rows = data.read_corpus(args.corpus, "train")
@@ -311,11 +327,7 @@ def train_decoder(args, config, recipe, deadline):
                     g["lr"].fill_(lr)
                 else:
                     g["lr"] = lr
-        adv = step >= r.get("adv_start", 0)
-        if runner is not None:
-            out = runner(adv, {"x": x.pin_memory(), "keep": keep})
-        else:
-            out = step_fn(adv, {"x": x.to(device), "keep": keep})
+        out = take_step(runner, step_fn, step >= r.get("adv_start", 0), {"x": x, "keep": keep}, device)
         step += 1
         if step % r["log_every"] == 0 or step == 1:
             append_losses(os.path.join(folder, "losses.tsv"), {
@@ -323,12 +335,8 @@ def train_decoder(args, config, recipe, deadline):
                 "lr": lr, "seconds": round(time.time() - start, 1)})
         if r.get("eval_every") and step % r["eval_every"] == 0:
             evaluate_codec(args, codec, r, step, stage="decoder")
-    tensors = {"decoder." + n: codec.params[n].detach() for n in names}
-    tensors.update({"disc." + n: t for n, t in disc.state_dict().items()})
-    moments = {"g." + n: t for n, t in state.optimizer_tensors(opt, pnames).items()}
-    moments.update({"d." + n: t for n, t in state.optimizer_tensors(opt_d, dnames).items()})
-    state.save(os.path.join(folder, "state"), tensors,
-               {"stage": "decoder", "step": step, "codec_step": codec_done}, moments)
+    save_adversarial(folder, {"decoder." + n: codec.params[n].detach() for n in names}, disc, opt, opt_d,
+                     pnames, dnames, {"stage": "decoder", "step": step, "codec_step": codec_done})
     return step >= r["steps"]
 
 
@@ -581,10 +589,7 @@ def train_model(args, config, recipe, deadline):
                 g["lr"].fill_(lr)
             else:
                 g["lr"] = lr
-        if runner is not None:
-            losses = runner(length, {n: t.pin_memory() for n, t in batch.items()})
-        else:
-            losses = step_fn(None, {n: t.to(device) for n, t in batch.items()})
+        losses = take_step(runner, step_fn, length, batch, device)
         step += 1
         if step % r["log_every"] == 0 or step == 1:
             append_losses(os.path.join(folder, "losses.tsv"), {
@@ -851,11 +856,7 @@ def bench_steps(args, config, recipe):
 
                 def step():
                     x = data.CropSampler(waves, rc["seconds"], rng.random()).batch(batch)
-                    keep = codec.keep_mask(rng.randint(1, 8))
-                    if runner is not None:
-                        runner(adv, {"x": x.pin_memory(), "keep": keep})
-                    else:
-                        fn(adv, {"x": x.to(device), "keep": keep})
+                    take_step(runner, fn, adv, {"x": x, "keep": codec.keep_mask(rng.randint(1, 8))}, device)
                 rate = timed(step)
                 result["codec"].append({"batch": batch, "discriminator": adv, "cuda_graph": graphed,
                                         "graph_failed": runner.failed if runner else None,
@@ -871,10 +872,7 @@ def bench_steps(args, config, recipe):
 
             def step():
                 x = data.CropSampler(waves, rd["seconds"], rng.random()).batch(batch)
-                if runner is not None:
-                    runner(True, {"x": x.pin_memory(), "keep": keep})
-                else:
-                    fn(True, {"x": x.to(device), "keep": keep})
+                take_step(runner, fn, True, {"x": x, "keep": keep}, device)
             rate = timed(step)
             result.setdefault("decoder", []).append({
                 "batch": batch, "cuda_graph": graphed, "graph_failed": runner.failed if runner else None,
@@ -906,10 +904,7 @@ def bench_steps(args, config, recipe):
         def step():
             counter[0] += 1
             b, length = model_batch(config, sampler, 0, counter[0], r, longest, graphed)
-            if runner is not None:
-                runner(length, {n: t.pin_memory() for n, t in b.items()})
-            else:
-                fn(None, {n: t.to(device) for n, t in b.items()})
+            take_step(runner, fn, length, b, device)
         # every shape captured (graphed) or planned (cuDNN's attention) before the timing
         shapes = -(-2 * longest // bucket) if bucket else 1
         rate = timed(step, warm=shapes * (4 if graphed else 1) + min(5, args.bench_steps))

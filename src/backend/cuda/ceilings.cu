@@ -56,32 +56,31 @@ DeviceCeilings measure_device_ceilings() {
   cudaEvent_t t0, t1;
   check(cudaEventCreate(&t0), "cudaEventCreate");
   check(cudaEventCreate(&t1), "cudaEventCreate");
-  float best = 1e30f;
-  for (int i = 0; i < 6; ++i) {
-    check(cudaEventRecord(t0), "cudaEventRecord");
-    check(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice), "cudaMemcpy");
-    check(cudaEventRecord(t1), "cudaEventRecord");
-    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-    if (i > 0) best = std::min(best, ms);  // the first copy warms up
-  }
-  c.copy_bytes_per_s = 2.0 * static_cast<double>(n) / (best * 1e-3);
+  // The best time of `runs` calls of `work` after a first one that warms up, in milliseconds.
+  const auto best_ms = [&](int runs, const auto& work) {
+    float best = 1e30f;
+    for (int i = 0; i <= runs; ++i) {
+      check(cudaEventRecord(t0), "cudaEventRecord");
+      work();
+      check(cudaEventRecord(t1), "cudaEventRecord");
+      check(cudaEventSynchronize(t1), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
+      if (i > 0) best = std::min(best, ms);
+    }
+    return static_cast<double>(best);
+  };
+  const double copy_ms =
+      best_ms(5, [&] { check(cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice), "cudaMemcpy"); });
+  c.copy_bytes_per_s = 2.0 * static_cast<double>(n) / (copy_ms * 1e-3);
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const int iters = 4096, threads = 256, blocks = prop.multiProcessorCount * 8;
-  best = 1e30f;
-  for (int i = 0; i < 4; ++i) {
-    check(cudaEventRecord(t0), "cudaEventRecord");
+  const double fma_ms = best_ms(3, [&] {
     fma_kernel<<<blocks, threads>>>(static_cast<float*>(b), iters);
     check_launch("fma ceiling");
-    check(cudaEventRecord(t1), "cudaEventRecord");
-    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-    if (i > 0) best = std::min(best, ms);
-  }
-  c.fma_flops_per_s = 2.0 * 8.0 * iters * double(threads) * blocks / (best * 1e-3);
+  });
+  c.fma_flops_per_s = 2.0 * 8.0 * iters * double(threads) * blocks / (fma_ms * 1e-3);
   // Tensor cores, the same way (a warm-up launch, then the best of 3), with as many blocks as are
   // resident at once on every SM (one full wave: its registers allow fewer blocks than the FMA
   // kernel's, and a partial second wave would count its idle SMs against the rate).
@@ -90,20 +89,13 @@ DeviceCeilings measure_device_ceilings() {
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&mma_per_sm, mma_kernel, threads, 0),
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   const int mma_blocks = prop.multiProcessorCount * std::max(mma_per_sm, 1);
-  best = 1e30f;
-  for (int i = 0; i < 4; ++i) {
-    check(cudaEventRecord(t0), "cudaEventRecord");
+  const double mma_ms = best_ms(3, [&] {
     mma_kernel<<<mma_blocks, threads>>>(static_cast<float*>(b), mma_iters);
     check_launch("mma ceiling");
-    check(cudaEventRecord(t1), "cudaEventRecord");
-    check(cudaEventSynchronize(t1), "cudaEventSynchronize");
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, t0, t1), "cudaEventElapsedTime");
-    if (i > 0) best = std::min(best, ms);
-  }
+  });
   const double warps = double(threads) / 32 * mma_blocks;
   c.mma_bf16_flops_per_s =
-      2.0 * 16 * 8 * 16 * kMmaChains * double(mma_iters) * warps / (best * 1e-3);
+      2.0 * 16 * 8 * 16 * kMmaChains * double(mma_iters) * warps / (mma_ms * 1e-3);
   (void)cudaEventDestroy(t0);
   (void)cudaEventDestroy(t1);
   (void)cudaFree(a);
