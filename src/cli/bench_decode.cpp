@@ -237,7 +237,7 @@ int run_decode(const DecodeOptions& o) {
   Drama3Model& model = *owned;
   const Drama3Config& c = config;
   const MlpWeights* expert = nullptr;
-  const MlpWeights* shared_expert = nullptr;
+  [[maybe_unused]] const MlpWeights* shared_expert = nullptr;  // read on CUDA only
   for (const auto& l : (synthetic ? synthetic->weights() : ckpt->weights()).backbone)
     if (!l.dense && !l.moe.experts.empty()) {
       expert = &l.moe.experts[0];
