@@ -57,6 +57,16 @@ def relative_l2(a, b):
     return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
 
+def cpu_args(work, corpus, *sets):
+    """train.py arguments for a few tiny CPU steps on write_corpus's corpus, plus `--set` of each
+    KEY=VALUE in sets (in order: a later one overrides)."""
+    args = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1", "--device", "cpu",
+            "--set", "codec.batch=2", "--set", "codec.seconds=0.4"]
+    for item in sets:
+        args += ["--set", item]
+    return args
+
+
 def write_corpus(folder):
     """2 speakers x 5 utterances of 1-1.6 s tone sweeps (24 kHz), the last one of each held out."""
     os.makedirs(os.path.join(folder, "wav"), exist_ok=True)
@@ -474,10 +484,7 @@ class Pipeline(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
             write_corpus(corpus)
-            common = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
-                      "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
-                      "--set", "codec.adv_start=5", "--set", "codec.eval_every=0",
-                      "--set", "codec.steps=1"]
+            common = cpu_args(work, corpus, "codec.adv_start=5", "codec.eval_every=0", "codec.steps=1")
             saved = os.environ.get("DRAMA_ASR_ROOT")
             os.environ["DRAMA_ASR_ROOT"] = os.path.join(tmp, "no-recogniser")
             try:
@@ -516,10 +523,8 @@ class Pipeline(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
             write_corpus(corpus)
-            common = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
-                      "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
-                      "--set", "codec.adv_start=1", "--set", "codec.disc_channels=4",
-                      "--set", "codec.eval_every=0", "--set", "codec.steps=2"]
+            common = cpu_args(work, corpus, "codec.adv_start=1", "codec.disc_channels=4",
+                              "codec.eval_every=0", "codec.steps=2")
             decoder = lambda steps: ["--set", "decoder=" + json.dumps(dict(  # noqa: E731
                 DECODER, steps=steps, batch=2, seconds=0.4, warmup=1, disc_channels=4, mpd_channels=4,
                 disc_batch=1, log_every=1, eval_every=0))]
@@ -575,12 +580,9 @@ class Pipeline(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             corpus, work = os.path.join(tmp, "corpus"), os.path.join(tmp, "work")
             write_corpus(corpus)
-            common = ["--work", work, "--corpus", corpus, "--config", TINY, "--threads", "1",
-                      "--device", "cpu", "--set", "codec.batch=2", "--set", "codec.seconds=0.4",
-                      "--set", "codec.adv_start=1", "--set", "codec.disc_channels=4",
-                      "--set", "codec.eval_every=0", "--set", "codec.log_every=1",
-                      "--set", "model.batch=2", "--set", "model.warmup=1", "--set", "model.log_every=1",
-                      "--set", "model.eval_every=1", "--set", "model.patience=0"]
+            common = cpu_args(work, corpus, "codec.adv_start=1", "codec.disc_channels=4",
+                              "codec.eval_every=0", "codec.log_every=1", "model.batch=2", "model.warmup=1",
+                              "model.log_every=1", "model.eval_every=1", "model.patience=0")
             # Chunk 1 stops after 2 codec steps (codec.steps=2 of a planned 3: then resumed).
             self.assertEqual(train.main(["codec"] + common + ["--set", "codec.steps=2"]), 0)
             self.assertEqual(train.main(["next"] + common + ["--set", "codec.steps=3", "--set", "model.steps=2"]), 0)
