@@ -2,7 +2,7 @@
 
     python3 tools/eval/speaker_check.py --corpus DIR [--train-per-speaker 40]
         [--test-per-speaker 40] [--heldout-per-speaker N] [--codec DIR [--codec-per-speaker 4]
-        [--codec-probes]] [--json OUT]
+        [--codec-probes] [--outputs WORK]] [--json OUT]
 
 The classifier of tools/eval/evaluate.py (tools/eval/speaker_id.py, trained on the first N
 training utterances of every speaker, as evaluate.py trains it) scores (a) every held-out
@@ -20,7 +20,8 @@ utterances as recorded: how much of a speaker's identity, as the classifier sees
 the codec, which bounds what any model speaking through it can clone. --codec-probes adds two
 classifiers trained after the codec (codec_probes): on the codes themselves, and on the training
 utterances' round trips: whether the codes still carry the speaker, and whether the decoded audio
-still tells speakers apart, only coloured."""
+still tells speakers apart, only coloured. --outputs WORK names the model's outputs of a finished
+evaluate.py run with both the cloning check's classifier and the round-trip one (model_outputs)."""
 
 import argparse
 import collections
@@ -105,6 +106,62 @@ def codec_round_trip(clf, rows, corpus, codec_dir):
     return result
 
 
+def round_trip_features(codec, rate, corpus, rows):
+    """Per row: the codes' embedding statistics (mean and deviation over frames of the decoder's
+    input) and the MFCC features of the decoded round trip."""
+    import numpy as np
+    import torch
+    import audio  # noqa: E402
+    codes_f, decoded_f = [], []
+    with torch.no_grad():
+        for r in rows:
+            codes = codec.encode(read_pcm(corpus, r, rate))
+            emb = codec.embedding(codes)[0].numpy()
+            codes_f.append(np.concatenate([emb.mean(1), emb.std(1)]))
+            y = codec.decode(codes)[0].numpy()
+            decoded_f.append(speaker_id.features(audio.resample(y, rate, 16000), 16000))
+    return codes_f, decoded_f
+
+
+def model_outputs(clf, train_rows, corpus, codec_dir, work):
+    """The model's outputs of a finished evaluate.py run (WORK/audio/VOICE-gGAMMA/*.wav, VOICE a
+    corpus speaker), named by two classifiers: the cloning check's (trained on the recordings:
+    the figure of evaluate.py's receipt, recomputed) and the matched one (trained on the same
+    training utterances' round trips through the codec the outputs were decoded with, codec_dir):
+    whether the model says the voice's speaker as the codec hears that speaker, apart from how
+    the decoder colours every speaker."""
+    codec, rate = load_codec(codec_dir)
+    _, train_decoded = round_trip_features(codec, rate, corpus, train_rows)
+    matched = speaker_id.SpeakerClassifier().fit(train_decoded, [r["speaker"] for r in train_rows])
+    result = {"train_utterances": len(train_rows)}
+    audio_dir = os.path.join(work, "audio")
+    by_gamma = collections.defaultdict(list)  # gamma -> [(voice, features)]
+    for name in sorted(os.listdir(audio_dir)):
+        voice, _, gamma = name.rpartition("-g")
+        if voice not in clf.classes or not gamma:
+            continue  # "none-g1" (no voice) and the codec's round trips
+        folder = os.path.join(audio_dir, name)
+        for f in sorted(os.listdir(folder)):
+            if f.endswith(".wav"):
+                by_gamma[gamma].append((voice, evaluate.feature_of(os.path.join(folder, f))))
+    if not by_gamma:
+        raise SystemExit(f"{audio_dir}: no outputs of a corpus speaker's voice")
+    result["folders"] = sorted(f"{v}-g{g}" for g, items in by_gamma.items() for v in {v for v, _ in items})
+    for gamma, items in sorted(by_gamma.items()):
+        truth = [v for v, _ in items]
+        feats = [f for _, f in items]
+        entry = {"utterances": len(items), "voices": sorted(set(truth))}
+        for label, c in (("recorded", clf), ("matched", matched)):
+            pred = c.predict(feats)
+            entry["accuracy_" + label + "_classifier"] = round(
+                sum(p_ == t for p_, t in zip(pred, truth)) / len(items), 4)
+            entry["per_voice_" + label + "_classifier"] = {
+                v: round(sum(p_ == t for p_, t in zip(pred, truth) if t == v) / truth.count(v), 4)
+                for v in sorted(set(truth))}
+        result["gamma " + gamma] = entry
+    return result
+
+
 def codec_probes(train_rows, rows, corpus, codec_dir):
     """Where the codec loses a speaker: two classifiers trained (as the cloning check's is) on the
     training utterances, but after the codec, and scored on rows after it too.
@@ -113,24 +170,9 @@ def codec_probes(train_rows, rows, corpus, codec_dir):
     - matched: the MFCC classifier trained on the training utterances' round trips: whether the
       decoded audio still tells the speakers apart, colouring and all (the cloning check's
       classifier is trained on recorded audio)."""
-    import numpy as np
-    import torch
-    import audio  # noqa: E402
     codec, rate = load_codec(codec_dir)
-
-    def features(picked):
-        codes_f, decoded_f = [], []
-        with torch.no_grad():
-            for r in picked:
-                codes = codec.encode(read_pcm(corpus, r, rate))
-                emb = codec.embedding(codes)[0].numpy()
-                codes_f.append(np.concatenate([emb.mean(1), emb.std(1)]))
-                y = codec.decode(codes)[0].numpy()
-                decoded_f.append(speaker_id.features(audio.resample(y, rate, 16000), 16000))
-        return codes_f, decoded_f
-
-    train_codes, train_decoded = features(train_rows)
-    test_codes, test_decoded = features(rows)
+    train_codes, train_decoded = round_trip_features(codec, rate, corpus, train_rows)
+    test_codes, test_decoded = round_trip_features(codec, rate, corpus, rows)
     labels = [r["speaker"] for r in train_rows]
     result = {"train_utterances": len(train_rows), "utterances": len(rows)}
     for name, (tr, te) in (("codes", (train_codes, test_codes)), ("matched", (train_decoded, test_decoded))):
@@ -150,6 +192,10 @@ def main(argv=None):
     p.add_argument("--codec-per-speaker", type=int, default=4)
     p.add_argument("--codec-probes", action="store_true",
                    help="with --codec: classifiers trained after the codec too (codec_probes)")
+    p.add_argument("--outputs", metavar="WORK",
+                   help="with --codec: also name the model's outputs of a finished evaluate.py "
+                        "run (its --work folder) with the cloning check's classifier and the one "
+                        "trained on round trips through that codec (model_outputs)")
     p.add_argument("--json")
     args = p.parse_args(argv)
     start = time.time()
@@ -196,6 +242,10 @@ def main(argv=None):
         result["settings"]["codec_per_speaker"] = args.codec_per_speaker
         if args.codec_probes:
             result["codec_probes"] = codec_probes(train, picked, args.corpus, args.codec)
+        if args.outputs:
+            result["model_outputs"] = model_outputs(clf, train, args.corpus, args.codec, args.outputs)
+    elif args.outputs:
+        raise SystemExit("--outputs needs --codec (the codec the outputs were decoded with)")
     result["seconds"] = round(time.time() - start, 1)
     receipts.emit(result, args.json)
     return 0

@@ -95,6 +95,50 @@ class SpeakerCheck(unittest.TestCase):
             self.assertEqual((probes["accuracy_codes"], probes["accuracy_matched"]), (1.0, 1.0))
 
     @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
+    def test_outputs_of_an_evaluation_are_named_by_both_classifiers(self):
+        speakers = {"low-a": (110, 0.6), "high-a": (260, 0.3)}
+        with tempfile.TemporaryDirectory() as d:
+            make_corpus(d, speakers, train=8, heldout=3)
+            # an evaluate.py work folder: each voice's "outputs" are its held-out tones decoded
+            # through the codec (as a model's outputs are), plus the unguided outputs (no
+            # speaker) and a codec round trip folder, which are not scored
+            import torch
+            codec, rate = speaker_check.load_codec(CODEC)
+            work = os.path.join(d, "work")
+            for s in speakers:
+                for gamma in ("1", "1.5"):
+                    os.makedirs(os.path.join(work, "audio", f"{s}-g{gamma}"))
+                    for i in (8, 9):
+                        row = {"path": f"wav/{s}/{i:04d}.wav"}
+                        with torch.no_grad():
+                            y = codec.decode(codec.encode(speaker_check.read_pcm(d, row, rate)))
+                        write_wav(os.path.join(work, "audio", f"{s}-g{gamma}", f"{i:04d}.wav"),
+                                  y[0].numpy(), rate)
+            for extra in ("none-g1", "codec-low-a"):
+                os.makedirs(os.path.join(work, "audio", extra))
+                shutil.copy(os.path.join(d, "wav", "high-a", "0008.wav"),
+                            os.path.join(work, "audio", extra, "0008.wav"))
+            out = os.path.join(d, "check.json")
+            self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
+                                                 "--test-per-speaker", "2", "--codec", CODEC,
+                                                 "--codec-per-speaker", "1", "--outputs", work,
+                                                 "--json", out]), 0)
+            r = json.load(open(out))["model_outputs"]
+            self.assertEqual(r["train_utterances"], 12)
+            self.assertEqual(r["folders"], ["high-a-g1", "high-a-g1.5", "low-a-g1", "low-a-g1.5"])
+            self.assertEqual(sorted(k for k in r if k.startswith("gamma")), ["gamma 1", "gamma 1.5"])
+            for gamma in ("gamma 1", "gamma 1.5"):
+                self.assertEqual(r[gamma]["utterances"], 4)
+                self.assertEqual(r[gamma]["voices"], ["high-a", "low-a"])
+                # the recorded one names decodes as it may; the matched one, trained on decodes,
+                # tells two tones an octave apart (as codec_probes' test has it)
+                self.assertTrue(0.0 <= r[gamma]["accuracy_recorded_classifier"] <= 1.0)
+                self.assertEqual(r[gamma]["accuracy_matched_classifier"], 1.0)
+                self.assertEqual(r[gamma]["per_voice_matched_classifier"], {"high-a": 1.0, "low-a": 1.0})
+            with self.assertRaises(SystemExit):
+                speaker_check.main(["--corpus", d, "--outputs", work])
+
+    @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
     def test_routing_overlap_compares_the_branches_row_by_row(self):
         import routing_overlap
         model_dir = os.path.dirname(CODEC)
