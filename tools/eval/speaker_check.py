@@ -198,6 +198,8 @@ def main(argv=None):
                         "trained on round trips through that codec (model_outputs)")
     p.add_argument("--json")
     args = p.parse_args(argv)
+    if args.outputs and not args.codec:  # before any work
+        raise SystemExit("--outputs needs --codec (the codec the outputs were decoded with)")
     start = time.time()
     rows = source_wer.read_corpus(args.corpus)
     train, unseen, seen = [], [], collections.Counter()
@@ -244,8 +246,6 @@ def main(argv=None):
             result["codec_probes"] = codec_probes(train, picked, args.corpus, args.codec)
         if args.outputs:
             result["model_outputs"] = model_outputs(clf, train, args.corpus, args.codec, args.outputs)
-    elif args.outputs:
-        raise SystemExit("--outputs needs --codec (the codec the outputs were decoded with)")
     result["seconds"] = round(time.time() - start, 1)
     receipts.emit(result, args.json)
     return 0
