@@ -158,6 +158,9 @@ def model_outputs(clf, train_rows, corpus, codec_dir, work):
             entry["per_voice_" + label + "_classifier"] = {
                 v: round(sum(p_ == t for p_, t in zip(pred, truth) if t == v) / truth.count(v), 4)
                 for v in sorted(set(truth))}
+            confusions = collections.Counter((t, p_) for p_, t in zip(pred, truth) if p_ != t)
+            entry["top_confusions_" + label + "_classifier"] = [
+                {"voice": t, "named": p_, "count": n} for (t, p_), n in confusions.most_common(8)]
         result["gamma " + gamma] = entry
     return result
 

@@ -135,6 +135,10 @@ class SpeakerCheck(unittest.TestCase):
                 self.assertTrue(0.0 <= r[gamma]["accuracy_recorded_classifier"] <= 1.0)
                 self.assertEqual(r[gamma]["accuracy_matched_classifier"], 1.0)
                 self.assertEqual(r[gamma]["per_voice_matched_classifier"], {"high-a": 1.0, "low-a": 1.0})
+                self.assertEqual(r[gamma]["top_confusions_matched_classifier"], [])
+                named = r[gamma]["top_confusions_recorded_classifier"]  # each miss counted once
+                self.assertEqual(sum(c["count"] for c in named),
+                                 round(4 * (1 - r[gamma]["accuracy_recorded_classifier"])))
             with self.assertRaises(SystemExit):
                 speaker_check.main(["--corpus", d, "--outputs", work])
 
