@@ -42,7 +42,12 @@ import speaker_id  # noqa: E402
 
 def score(clf, rows, corpus):
     pred = clf.predict([evaluate.feature_of(os.path.join(corpus, r["path"])) for r in rows])
-    truth = [r["speaker"] for r in rows]
+    return named(pred, [r["speaker"] for r in rows])
+
+
+def named(pred, truth):
+    """Accuracy of the speakers named (pred) against the true ones, by voice too (a voice's
+    pitch/rate settings counted as one), per speaker, and the most frequent confusions."""
     per_speaker = collections.defaultdict(lambda: [0, 0])
     for p_, t in zip(pred, truth):
         per_speaker[t][0] += p_ == t
@@ -50,9 +55,9 @@ def score(clf, rows, corpus):
     confusions = collections.Counter((t, p_) for p_, t in zip(pred, truth) if p_ != t)
     voice = source_wer.voice_of
     return {
-        "utterances": len(rows),
-        "accuracy": round(sum(p_ == t for p_, t in zip(pred, truth)) / len(rows), 4),
-        "voice_accuracy": round(sum(voice(p_) == voice(t) for p_, t in zip(pred, truth)) / len(rows), 4),
+        "utterances": len(truth),
+        "accuracy": round(sum(p_ == t for p_, t in zip(pred, truth)) / len(truth), 4),
+        "voice_accuracy": round(sum(voice(p_) == voice(t) for p_, t in zip(pred, truth)) / len(truth), 4),
         "per_speaker": {s: round(a / n, 4) for s, (a, n) in sorted(per_speaker.items())},
         "top_confusions": [{"speaker": t, "named": p_, "count": c} for (t, p_), c in confusions.most_common(8)],
     }
@@ -133,35 +138,24 @@ def model_outputs(clf, train_rows, corpus, codec_dir, work):
     codec, rate = load_codec(codec_dir)
     _, train_decoded = round_trip_features(codec, rate, corpus, train_rows)
     matched = speaker_id.SpeakerClassifier().fit(train_decoded, [r["speaker"] for r in train_rows])
-    result = {"train_utterances": len(train_rows)}
+    result = {"train_utterances": len(train_rows), "folders": []}
     audio_dir = os.path.join(work, "audio")
     by_gamma = collections.defaultdict(list)  # gamma -> [(voice, features)]
     for name in sorted(os.listdir(audio_dir)):
         voice, _, gamma = name.rpartition("-g")
         if voice not in clf.classes or not gamma:
             continue  # "none-g1" (no voice) and the codec's round trips
+        result["folders"].append(name)
         folder = os.path.join(audio_dir, name)
         for f in sorted(os.listdir(folder)):
             if f.endswith(".wav"):
                 by_gamma[gamma].append((voice, evaluate.feature_of(os.path.join(folder, f))))
     if not by_gamma:
         raise SystemExit(f"{audio_dir}: no outputs of a corpus speaker's voice")
-    result["folders"] = sorted(f"{v}-g{g}" for g, items in by_gamma.items() for v in {v for v, _ in items})
     for gamma, items in sorted(by_gamma.items()):
-        truth = [v for v, _ in items]
-        feats = [f for _, f in items]
-        entry = {"utterances": len(items), "voices": sorted(set(truth))}
-        for label, c in (("recorded", clf), ("matched", matched)):
-            pred = c.predict(feats)
-            entry["accuracy_" + label + "_classifier"] = round(
-                sum(p_ == t for p_, t in zip(pred, truth)) / len(items), 4)
-            entry["per_voice_" + label + "_classifier"] = {
-                v: round(sum(p_ == t for p_, t in zip(pred, truth) if t == v) / truth.count(v), 4)
-                for v in sorted(set(truth))}
-            confusions = collections.Counter((t, p_) for p_, t in zip(pred, truth) if p_ != t)
-            entry["top_confusions_" + label + "_classifier"] = [
-                {"voice": t, "named": p_, "count": n} for (t, p_), n in confusions.most_common(8)]
-        result["gamma " + gamma] = entry
+        truth, feats = [v for v, _ in items], [f for _, f in items]
+        result["gamma " + gamma] = {"recorded_classifier": named(clf.predict(feats), truth),
+                                    "matched_classifier": named(matched.predict(feats), truth)}
     return result
 
 

@@ -128,17 +128,17 @@ class SpeakerCheck(unittest.TestCase):
             self.assertEqual(r["folders"], ["high-a-g1", "high-a-g1.5", "low-a-g1", "low-a-g1.5"])
             self.assertEqual(sorted(k for k in r if k.startswith("gamma")), ["gamma 1", "gamma 1.5"])
             for gamma in ("gamma 1", "gamma 1.5"):
-                self.assertEqual(r[gamma]["utterances"], 4)
-                self.assertEqual(r[gamma]["voices"], ["high-a", "low-a"])
+                recorded, matched = r[gamma]["recorded_classifier"], r[gamma]["matched_classifier"]
+                self.assertEqual((recorded["utterances"], matched["utterances"]), (4, 4))
                 # the recorded one names decodes as it may; the matched one, trained on decodes,
                 # tells two tones an octave apart (as codec_probes' test has it)
-                self.assertTrue(0.0 <= r[gamma]["accuracy_recorded_classifier"] <= 1.0)
-                self.assertEqual(r[gamma]["accuracy_matched_classifier"], 1.0)
-                self.assertEqual(r[gamma]["per_voice_matched_classifier"], {"high-a": 1.0, "low-a": 1.0})
-                self.assertEqual(r[gamma]["top_confusions_matched_classifier"], [])
-                named = r[gamma]["top_confusions_recorded_classifier"]  # each miss counted once
-                self.assertEqual(sum(c["count"] for c in named),
-                                 round(4 * (1 - r[gamma]["accuracy_recorded_classifier"])))
+                self.assertTrue(0.0 <= recorded["accuracy"] <= 1.0)
+                self.assertEqual(matched["accuracy"], 1.0)
+                self.assertEqual(matched["per_speaker"], {"high-a": 1.0, "low-a": 1.0})
+                self.assertEqual(matched["top_confusions"], [])
+                # each miss counted once
+                self.assertEqual(sum(c["count"] for c in recorded["top_confusions"]),
+                                 round(4 * (1 - recorded["accuracy"])))
             with self.assertRaises(SystemExit):
                 speaker_check.main(["--corpus", d, "--outputs", work])
 
