@@ -27,6 +27,7 @@ const std::vector<std::string>& Backend::kernel_names() {
                                                  "copy_rows",
                                                  "gather_ids",
                                                  "linear",
+                                                 "linears",
                                                  "dequantize",
                                                  "embed_sum",
                                                  "rms_norm",
@@ -58,6 +59,10 @@ int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, i
   // and room for a device-side grouping (pair order, per-expert offsets) in 32-bit words.
   const int64_t pairs = rows * k;
   return pairs * (2 * hidden + 3 * inter) + 2 * pairs + n_stored + 1;
+}
+
+void Backend::linears(const Product* products, int64_t n, const float* x, int64_t rows) {
+  for (int64_t j = 0; j < n; ++j) linear(*products[j].w, x, rows, products[j].y);
 }
 
 void Backend::qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,

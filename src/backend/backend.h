@@ -124,6 +124,14 @@ class Backend {
   // --- matrix products ---
   // y[r, o] = sum_i x[r, i] * w[o, i]   for r < rows; x is [rows, w.in], y is [rows, w.out].
   virtual void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) = 0;
+  // Several products of one input: y_j = linear(*w_j, x, rows) for j < n, bitwise what n linear
+  // calls give on the same backend (the default makes them; a GPU makes the products of one input
+  // width in one launch: attention's q, k and v, a dense MLP's gate and up).
+  struct Product {
+    const LinearWeight* w;
+    float* y;
+  };
+  virtual void linears(const Product* products, int64_t n, const float* x, int64_t rows);
   // out[r, i] = w[row0 + r, i] as float32, for r < nrows (NVFP4 and BF16).
   virtual void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) = 0;
 

@@ -46,10 +46,12 @@ enum class Fault {
   WrongDestinationRow,     // copy_rows: the last pair written one row down
   DroppedOffset,           // gather_ids: offset ignored
   CacheBeforeRotary,       // qk_norm_rope_cache: k stored into the cache before its rotary
+  NeighbourProductWeight,  // linears: the second product made with the first product's weight
 };
 
 std::vector<KernelCase> linear_nvfp4_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> linear_bf16_cases(uint64_t seed, Fault fault);
+std::vector<KernelCase> linears_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> rms_norm_cases(uint64_t seed, Fault fault);
@@ -81,6 +83,7 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault fault);
 // Limits (one stated size each).
 Limit linear_nvfp4_limit();
 Limit linear_bf16_limit();
+Limit linears_limit();
 Limit dequantize_limit();
 Limit elementwise_limit(const char* kernel);
 Limit attention_limit();

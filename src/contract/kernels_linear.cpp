@@ -213,6 +213,155 @@ Limit linear_bf16_limit() {
   return linear_limit(false);
 }
 
+// linears: several products of one input in one call, each with linear's tolerance (the
+// elements are linear's, laid side by side: row r holds product 0's outputs, then product 1's,
+// ...). Shapes as attention's q, k, v and a dense MLP's gate, up, in both formats, plus an exact
+// case. Planted fault: the second product made with the first product's weight rows (the real
+// kernel on a weight list with a wrong entry's data).
+namespace {
+struct LinearsShape {
+  int64_t k, rows;
+  std::vector<int64_t> m;
+  bool nvfp4, exact;
+};
+}  // namespace
+
+std::vector<KernelCase> linears_cases(uint64_t seed, Fault fault) {
+  const LinearsShape shapes[] = {{144, 3, {37, 19, 24}, false, false},
+                                 {2048, 2, {64, 16, 16}, false, false},
+                                 {256, 5, {33, 17}, true, false},
+                                 {128, 4, {24, 8, 16}, false, true}};
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    const LinearsShape& sh = shapes[s];
+    Rng rng(seed * 43 + s);
+    struct Inputs {
+      std::vector<float> x;
+      std::vector<Nvfp4Matrix> nv;
+      std::vector<Bf16Matrix> bf;
+      std::vector<int64_t> m;
+      int64_t k = 0, total = 0;
+      bool nvfp4 = false;
+      LinearWeight view(size_t j) const { return nvfp4 ? nv[j].view() : bf[j].view(); }
+      const std::vector<double>& w(size_t j) const { return nvfp4 ? nv[j].w : bf[j].w; }
+    };
+    auto in = std::make_shared<Inputs>();
+    in->k = sh.k;
+    in->m = sh.m;
+    in->nvfp4 = sh.nvfp4;
+    for (int64_t m : sh.m) {
+      in->total += m;
+      if (sh.nvfp4)
+        in->nv.push_back(random_nvfp4(rng, m, sh.k, sh.exact));
+      else
+        in->bf.push_back(random_bf16(rng, m, sh.k, 1.0 / std::sqrt(double(sh.k)), sh.exact));
+    }
+    in->x.resize(static_cast<size_t>(sh.rows * sh.k));
+    for (auto& v : in->x)
+      v = sh.exact
+              ? static_cast<float>((2049 + 2 * rng.integer(0, 1023)) * (rng.integer(0, 1) ? 1 : -1))
+              : static_cast<float>(rng.normal());
+    KernelCase c;
+    c.label = std::string(sh.nvfp4 ? "nvfp4" : "bf16") + " k=" + std::to_string(sh.k) + " m=";
+    for (size_t j = 0; j < sh.m.size(); ++j) {
+      if (j) c.label += '+';
+      c.label += std::to_string(sh.m[j]);
+    }
+    c.label += " rows=" + std::to_string(sh.rows) + (sh.exact ? " exact" : "");
+    c.rows = sh.rows;
+    c.row_elems = in->total;
+    c.exact = sh.exact;
+    const size_t n_out = static_cast<size_t>(sh.rows * in->total);
+    c.reference.resize(n_out);
+    c.degraded.resize(n_out);
+    c.atol.resize(n_out);
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      int64_t col = 0;
+      for (size_t j = 0; j < sh.m.size(); ++j)
+        for (int64_t o = 0; o < sh.m[j]; ++o, ++col) {
+          double ref = 0, deg = 0, mag = 0;
+          for (int64_t i = 0; i < sh.k; ++i) {
+            const double xv = in->x[r * sh.k + i], wv = in->w(j)[o * sh.k + i];
+            ref += xv * wv;
+            deg += to_f16(xv) * wv;  // float16 activations
+            mag += std::fabs(xv * wv);
+          }
+          const size_t e = static_cast<size_t>(r * in->total + col);
+          c.reference[e] = ref;
+          c.degraded[e] = deg;
+          c.atol[e] = (gamma32(double(sh.k + 2)) + std::ldexp(1.0, -17)) * mag;
+        }
+    }
+    c.nmse_limit = 32.0 * double(sh.k) * kU32 * kU32;
+    std::vector<double> all_w;
+    for (size_t j = 0; j < sh.m.size(); ++j)
+      all_w.insert(all_w.end(), in->w(j).begin(), in->w(j).end());
+    c.input_norms = {l2(in->x), l2(all_w)};
+    c.run = [in, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      DeviceCopies d(b);
+      const float* x = d.in(in->x.data() + r0 * in->k, static_cast<size_t>(n * in->k));
+      const size_t np = in->m.size();
+      std::vector<LinearWeight> w(np);
+      std::vector<std::unique_ptr<DeviceBuffer>> y(np);
+      std::vector<Backend::Product> products(np);
+      for (size_t j = 0; j < np; ++j) {
+        w[j] = d.weight(in->view(j));
+        y[j] = b.alloc(static_cast<size_t>(n * in->m[j]) * sizeof(float));
+        products[j] = {&w[j], y[j]->f32()};
+      }
+      if (fault == Fault::NeighbourProductWeight) {
+        // The second product's rows read from the first product's weight (same width).
+        w[1].data = w[0].data;
+        w[1].scales = w[0].scales;
+      }
+      b.linears(products.data(), static_cast<int64_t>(np), x, n);
+      int64_t col = 0;
+      for (size_t j = 0; j < np; ++j) {
+        b.copy_2d(out + col, in->total, y[j]->f32(), in->m[j], 1, n, in->m[j]);
+        col += in->m[j];
+      }
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The limit of linears: attention's q, k and v of bench-30b-a3b (4096 + 512 + 512 outputs of
+// 2048 BF16 inputs, one row), the bytes of the three weights.
+Limit linears_limit() {
+  const int64_t k = 2048;
+  const int64_t outs[] = {4096, 512, 512};
+  Limit l;
+  l.size = "m=4096+512+512 k=2048 rows=1";
+  for (int64_t m : outs) l.bytes += double(m * k * 2);
+  l.factor = 4.0;
+  l.floor_s = 2e-4;
+  l.time_call = [=](Backend& b) {
+    Rng rng(7);
+    std::vector<float> x = rng.normals(k);
+    std::vector<Bf16Matrix> bf(std::size(outs));
+    std::vector<LinearWeight> dev(std::size(outs));
+    std::vector<std::unique_ptr<DeviceBuffer>> y(std::size(outs));
+    std::vector<Backend::Product> products(std::size(outs));
+    for (size_t j = 0; j < std::size(outs); ++j) {
+      bf[j].out = outs[j];
+      bf[j].in = k;
+      bf[j].data.assign(size_t(outs[j] * k), f32_to_bf16(0.01f));
+      dev[j] = b.resident(bf[j].view());
+      y[j] = b.alloc(size_t(outs[j]) * 4);
+      products[j] = {&dev[j], y[j]->f32()};
+    }
+    auto xb = b.alloc(x.size() * 4);
+    b.upload(xb->data(), x.data(), x.size() * 4);
+    return median_seconds(7, [&] {
+      b.linears(products.data(), static_cast<int64_t>(products.size()), xb->f32(), 1);
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
 // Dequantize: e2m1 * e4m3 is exact in float32 and one multiply by scale_2 rounds once, so the
 // correctly rounded product is the only right answer: exact mode. Twin: float16 output. Planted
 // fault: each block dequantized with its neighbour's scale (the real kernel on rotated scales).

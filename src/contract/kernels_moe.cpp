@@ -16,12 +16,13 @@ namespace drama::contract {
 std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
   struct Shape {
     int64_t rows, num_experts, stored, k;
-    bool sliced, norm;
+    bool sliced, norm, shuffled;  // shuffled: stored experts not in increasing original id
   };
-  const Shape shapes[] = {{5, 64, 64, 4, false, true},
-                          {4, 64, 12, 4, false, false},
-                          {3, 64, 12, 2, true, true},
-                          {6, 128, 128, 8, false, true}};
+  const Shape shapes[] = {{5, 64, 64, 4, false, true, false},
+                          {4, 64, 12, 4, false, false, false},
+                          {3, 64, 12, 2, true, true, false},
+                          {6, 128, 128, 8, false, true, false},
+                          {4, 128, 40, 8, false, true, true}};
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(shapes); ++s) {
     const Shape sh = shapes[s];
@@ -31,7 +32,7 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), rng.gen);
     orig->assign(all.begin(), all.begin() + sh.stored);
-    std::sort(orig->begin(), orig->end());
+    if (!sh.shuffled) std::sort(orig->begin(), orig->end());
     auto column = std::make_shared<std::vector<int32_t>>(sh.stored);
     for (int64_t i = 0; i < sh.stored; ++i) (*column)[i] = sh.sliced ? int32_t(i) : (*orig)[i];
     const int64_t stride = sh.sliced ? sh.stored : sh.num_experts;
@@ -49,7 +50,8 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
     KernelCase c;
     c.label = "rows=" + std::to_string(sh.rows) + " stored=" + std::to_string(sh.stored) + "/" +
               std::to_string(sh.num_experts) + " k=" + std::to_string(sh.k) +
-              (sh.sliced ? " sliced" : " full") + (sh.norm ? " norm" : "");
+              (sh.sliced ? " sliced" : " full") + (sh.norm ? " norm" : "") +
+              (sh.shuffled ? " shuffled" : "");
     c.rows = sh.rows;
     c.row_elems = 2 * sh.k;
     const double wtol = double(sh.stored + sh.k + 12) * kU32;
@@ -65,8 +67,10 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
         for (auto& e : z) sum += (e = std::exp(e - m));
         std::vector<int64_t> order(sh.stored);
         std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(),
-                         [&](int64_t x, int64_t y) { return z[x] > z[y]; });
+        // Higher probability first, then lower original id (spec: routing by original id).
+        std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) {
+          return z[x] > z[y] || (z[x] == z[y] && (*orig)[x] < (*orig)[y]);
+        });
         double ksum = 0;
         for (int64_t j = 0; j < sh.k; ++j) ksum += z[order[j]];
         std::vector<double>& dst = pass ? c.degraded : c.reference;

@@ -44,9 +44,7 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   float* proj = ws.f32(Buf::kProj, rows * H);
 
   be.rms_norm(x, w.input_norm, rows, H, s.eps, xn);
-  ws.linear(w.attn.q, xn, rows, q);
-  ws.linear(w.attn.k, xn, rows, k);
-  ws.linear(w.attn.v, xn, rows, v);
+  ws.linears({{&w.attn.q, q}, {&w.attn.k, k}, {&w.attn.v, v}}, xn, rows);
   // QK-norm (an RMS norm over each head's head_dim values), rotary, and k and v into the cache.
   be.qk_norm_rope_cache(q, k, v, rows, s.heads, s.kv_heads, s.head_dim, w.attn.q_norm,
                         w.attn.k_norm, s.eps, t.positions, s.theta, t.kv_row, cache.k(layer),
@@ -63,8 +61,7 @@ void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t row
   float* g = ws.f32(gate_buf, rows * inter);
   float* u = ws.f32(up_buf, rows * inter);
   float* a = ws.f32(act_buf, rows * inter);
-  ws.linear(w.gate, xn, rows, g);
-  ws.linear(w.up, xn, rows, u);
+  ws.linears({{&w.gate, g}, {&w.up, u}}, xn, rows);
   ws.backend().swiglu(g, u, rows * inter, a);
   ws.linear(w.down, a, rows, out);
 }

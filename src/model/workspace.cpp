@@ -44,6 +44,15 @@ void Workspace::linear(const LinearWeight& w, const float* x, int64_t rows, floa
   backend_.linear(w, x, rows, y);
 }
 
+void Workspace::linears(std::initializer_list<Backend::Product> products, const float* x,
+                        int64_t rows) {
+  for (const Backend::Product& p : products) {
+    traffic.bytes += weight_bytes(*p.w);
+    traffic.calls += 1;
+  }
+  backend_.linears(products.begin(), static_cast<int64_t>(products.size()), x, rows);
+}
+
 uint64_t Workspace::weight_bytes_read() const {
   return traffic.bytes + backend_.transfers().expert_weight_bytes;
 }

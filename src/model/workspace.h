@@ -63,6 +63,8 @@ class Workspace {
   // Every dense product goes through here so weight traffic is counted (the experts' products run
   // inside the backend's moe_experts, which counts its own: weight_bytes_read() adds both).
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
+  // Products of one input in one backend call (Backend::linears), counted as as many linear calls.
+  void linears(std::initializer_list<Backend::Product> products, const float* x, int64_t rows);
   uint64_t weight_bytes_read() const;
   // backend().run_captured(key, work), a replay counting the linear traffic its key's first run
   // counted (a function of the shapes, so exact). The expert bytes a backend counts depend on the

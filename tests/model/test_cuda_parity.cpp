@@ -309,6 +309,66 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
   EXPECT_EQ(checked, 4 * 5 * 4);
 }
 
+// linears (the products of one input in one launch) gives each product the bits of linear alone
+// (Backend's default: one linear call each), at attention's and a dense MLP's shapes, an input
+// width that is not a multiple of 4 (the unvectorised loads), products of very different slicing
+// (4096 and 512 outputs: 8 and 16 slices) and every row count the batch test uses.
+TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+  std::mt19937 gen(13);
+  std::normal_distribution<float> normal;
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> shapes = {
+      {2048, {4096, 512, 512}}, {144, {37, 19, 24}}, {64, {128, 128}}, {2050, {16, 48, 8, 40}}};
+  int checked = 0;
+  for (const auto& [in, outs] : shapes)
+    for (const int64_t rows : {1, 2, 3, 8, 64, 100}) {
+      std::vector<std::vector<uint16_t>> host(outs.size());
+      std::vector<LinearWeight> w(outs.size());
+      std::vector<std::unique_ptr<DeviceBuffer>> keep;
+      for (size_t j = 0; j < outs.size(); ++j) {
+        host[j].resize(static_cast<size_t>(outs[j] * in));
+        for (auto& v : host[j]) v = f32_to_bf16(normal(gen) * 0.05f);
+        keep.push_back(b.alloc(host[j].size() * 2));
+        b.upload(keep.back()->data(), host[j].data(), host[j].size() * 2);
+        w[j] = {WeightFormat::BF16, outs[j], in, keep.back()->data(), nullptr, 1.0f};
+      }
+      std::vector<float> x(static_cast<size_t>(rows * in));
+      for (auto& v : x) v = normal(gen);
+      auto xd = b.alloc(x.size() * 4);
+      b.upload(xd->data(), x.data(), x.size() * 4);
+      std::vector<std::vector<float>> got[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        std::vector<std::unique_ptr<DeviceBuffer>> y;
+        std::vector<Backend::Product> products;
+        for (size_t j = 0; j < outs.size(); ++j) {
+          y.push_back(b.alloc(static_cast<size_t>(rows * outs[j]) * 4));
+          poison(b, y.back()->f32(), rows * outs[j]);
+          products.push_back({&w[j], y.back()->f32()});
+        }
+        if (fused)
+          b.linears(products.data(), static_cast<int64_t>(products.size()), xd->f32(), rows);
+        else
+          b.Backend::linears(products.data(), static_cast<int64_t>(products.size()), xd->f32(),
+                             rows);
+        for (auto& d : y) {
+          std::vector<float> h(d->bytes() / 4);
+          b.download(h.data(), d->data(), d->bytes());
+          got[fused].push_back(std::move(h));
+        }
+      }
+      for (size_t j = 0; j < outs.size(); ++j) {
+        EXPECT_TRUE(std::all_of(got[1][j].begin(), got[1][j].end(),
+                                [](float v) { return std::isfinite(v); }))
+            << "product " << j << " has elements linears never wrote, rows " << rows;
+        EXPECT_EQ(std::memcmp(got[0][j].data(), got[1][j].data(), got[0][j].size() * 4), 0)
+            << "product " << j << " (" << outs[j] << "x" << in << ") rows " << rows;
+        ++checked;
+      }
+    }
+  EXPECT_EQ(checked, (3 + 3 + 2 + 4) * 6);
+}
+
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give
 // for every (row, rank) the bits of the separate gate, up, swiglu and down calls on that row
 // alone, for batches of 1, 2, 3, 8 and 64 rows, NVFP4 and BF16 experts. The separate calls run the
