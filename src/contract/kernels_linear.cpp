@@ -65,6 +65,37 @@ void scalar_linear(const LinearInputs& in, bool nvfp4, int64_t r0, int64_t n, bo
     }
 }
 
+// Activations of a case: odd integers in [2049, 4095] of either sign in exact mode (see above),
+// else standard normals.
+std::vector<float> linear_activations(Rng& rng, int64_t count, bool exact) {
+  std::vector<float> x(static_cast<size_t>(count));
+  for (auto& v : x)
+    v = exact ? static_cast<float>((2049 + 2 * rng.integer(0, 1023)) * (rng.integer(0, 1) ? 1 : -1))
+              : static_cast<float>(rng.normal());
+  return x;
+}
+
+// The float64 reference, the float16-activation twin and the per-element bound of one product
+// (x [rows, k] times w [m, k]), written into c's columns col0 .. col0 + m of rows `row_elems`
+// floats long (c.reference, c.degraded and c.atol already sized).
+void add_linear_reference(KernelCase& c, const std::vector<float>& x, const std::vector<double>& w,
+                          int64_t rows, int64_t m, int64_t k, int64_t col0) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < m; ++o) {
+      double ref = 0, deg = 0, mag = 0;
+      for (int64_t i = 0; i < k; ++i) {
+        const double xv = x[r * k + i], wv = w[o * k + i];
+        ref += xv * wv;
+        deg += to_f16(xv) * wv;  // float16 activations
+        mag += std::fabs(xv * wv);
+      }
+      const size_t e = static_cast<size_t>(r * c.row_elems + col0 + o);
+      c.reference[e] = ref;
+      c.degraded[e] = deg;
+      c.atol[e] = (gamma32(double(k + 2)) + std::ldexp(1.0, -17)) * mag;
+    }
+}
+
 std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(kShapes); ++s) {
@@ -77,11 +108,7 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
       in->nv = random_nvfp4(rng, sh.m, sh.k, sh.exact);
     else
       in->bf = random_bf16(rng, sh.m, sh.k, 1.0 / std::sqrt(double(sh.k)), sh.exact);
-    in->x.resize(static_cast<size_t>(sh.rows * sh.k));
-    for (auto& v : in->x)
-      v = sh.exact
-              ? static_cast<float>((2049 + 2 * rng.integer(0, 1023)) * (rng.integer(0, 1) ? 1 : -1))
-              : static_cast<float>(rng.normal());
+    in->x = linear_activations(rng, sh.rows * sh.k, sh.exact);
     // Weight-level faults run the real kernel on a corrupted copy of the weight.
     if (nvfp4) {
       in->faulty_codes = in->nv.codes;
@@ -112,19 +139,7 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
     c.reference.resize(static_cast<size_t>(sh.rows * sh.m));
     c.degraded.resize(c.reference.size());
     c.atol.resize(c.reference.size());
-    for (int64_t r = 0; r < sh.rows; ++r)
-      for (int64_t o = 0; o < sh.m; ++o) {
-        double ref = 0, deg = 0, mag = 0;
-        for (int64_t i = 0; i < sh.k; ++i) {
-          const double xv = in->x[r * sh.k + i], wv = w[o * sh.k + i];
-          ref += xv * wv;
-          deg += to_f16(xv) * wv;  // float16 activations
-          mag += std::fabs(xv * wv);
-        }
-        c.reference[r * sh.m + o] = ref;
-        c.degraded[r * sh.m + o] = deg;
-        c.atol[r * sh.m + o] = (gamma32(double(sh.k + 2)) + std::ldexp(1.0, -17)) * mag;
-      }
+    add_linear_reference(c, in->x, w, sh.rows, sh.m, sh.k, 0);
     c.nmse_limit = 32.0 * double(sh.k) * kU32 * kU32;
     c.input_norms = {l2(in->x), l2(w)};
     auto ref = std::make_shared<std::vector<double>>(c.reference);
@@ -256,11 +271,7 @@ std::vector<KernelCase> linears_cases(uint64_t seed, Fault fault) {
       else
         in->bf.push_back(random_bf16(rng, m, sh.k, 1.0 / std::sqrt(double(sh.k)), sh.exact));
     }
-    in->x.resize(static_cast<size_t>(sh.rows * sh.k));
-    for (auto& v : in->x)
-      v = sh.exact
-              ? static_cast<float>((2049 + 2 * rng.integer(0, 1023)) * (rng.integer(0, 1) ? 1 : -1))
-              : static_cast<float>(rng.normal());
+    in->x = linear_activations(rng, sh.rows * sh.k, sh.exact);
     KernelCase c;
     c.label = std::string(sh.nvfp4 ? "nvfp4" : "bf16") + " k=" + std::to_string(sh.k) + " m=";
     for (size_t j = 0; j < sh.m.size(); ++j) {
@@ -275,23 +286,8 @@ std::vector<KernelCase> linears_cases(uint64_t seed, Fault fault) {
     c.reference.resize(n_out);
     c.degraded.resize(n_out);
     c.atol.resize(n_out);
-    for (int64_t r = 0; r < sh.rows; ++r) {
-      int64_t col = 0;
-      for (size_t j = 0; j < sh.m.size(); ++j)
-        for (int64_t o = 0; o < sh.m[j]; ++o, ++col) {
-          double ref = 0, deg = 0, mag = 0;
-          for (int64_t i = 0; i < sh.k; ++i) {
-            const double xv = in->x[r * sh.k + i], wv = in->w(j)[o * sh.k + i];
-            ref += xv * wv;
-            deg += to_f16(xv) * wv;  // float16 activations
-            mag += std::fabs(xv * wv);
-          }
-          const size_t e = static_cast<size_t>(r * in->total + col);
-          c.reference[e] = ref;
-          c.degraded[e] = deg;
-          c.atol[e] = (gamma32(double(sh.k + 2)) + std::ldexp(1.0, -17)) * mag;
-        }
-    }
+    for (size_t j = 0, col = 0; j < sh.m.size(); col += sh.m[j], ++j)
+      add_linear_reference(c, in->x, in->w(j), sh.rows, sh.m[j], sh.k, static_cast<int64_t>(col));
     c.nmse_limit = 32.0 * double(sh.k) * kU32 * kU32;
     std::vector<double> all_w;
     for (size_t j = 0; j < sh.m.size(); ++j)
