@@ -2,7 +2,7 @@
 
     python3 tools/eval/speaker_check.py --corpus DIR [--train-per-speaker 40]
         [--test-per-speaker 40] [--heldout-per-speaker N] [--codec DIR [--codec-per-speaker 4]
-        [--codec-probes] [--outputs WORK]] [--json OUT]
+        [--codec-probes] [--codec-colour] [--outputs WORK]] [--json OUT]
 
 The classifier of tools/eval/evaluate.py (tools/eval/speaker_id.py, trained on the first N
 training utterances of every speaker, as evaluate.py trains it) scores (a) every held-out
@@ -20,7 +20,8 @@ utterances as recorded: how much of a speaker's identity, as the classifier sees
 the codec, which bounds what any model speaking through it can clone. --codec-probes adds two
 classifiers trained after the codec (codec_probes): on the codes themselves, and on the training
 utterances' round trips: whether the codes still carry the speaker, and whether the decoded audio
-still tells speakers apart, only coloured. --outputs WORK names the model's outputs of a finished
+still tells speakers apart, only coloured. --codec-colour asks what kind of colouring it is
+(codec_colour). --outputs WORK names the model's outputs of a finished
 evaluate.py run with both the cloning check's classifier and the round-trip one (model_outputs)."""
 
 import argparse
@@ -178,6 +179,59 @@ def codec_probes(train_rows, rows, corpus, codec_dir):
     return result
 
 
+def codec_colour(train_rows, rows, corpus, codec_dir, speech_db=40):
+    """What kind of change hides the speakers of the codec's round trips from the cloning check's
+    classifier (trained on recordings). Each entry: that classifier's accuracy on rows as
+    recorded and through the codec.
+    - as_checked: the check's own features (the codec_round_trip figure, on these rows);
+    - static_shift: the training pairs' mean feature difference (recorded minus round trip) added
+      to every round trip: a colouring the same for every utterance, as an equaliser makes;
+    - linear_map: a least-squares affine map from round-trip to recorded features, fitted on the
+      training pairs: any colouring linear in the features, the same for every speaker;
+    - without_delta_means: the classifier trained and scoring without the 13 delta means (which
+      track how an utterance starts and ends, not who speaks);
+    - speech_frames: the features over the frames within speech_db dB of the loudest only
+      (speaker_id.features' energy detector): whether it is the silences the codec fills."""
+    import numpy as np
+    import torch
+    import audio  # noqa: E402
+    codec, rate = load_codec(codec_dir)
+    pcm = {}  # (set, kind) -> [16 kHz signals]
+    with torch.no_grad():
+        for name, rs in (("train", train_rows), ("test", rows)):
+            for r in rs:
+                x = read_pcm(corpus, r, rate)
+                for kind, y in (("recorded", x), ("round_trip", codec.decode(codec.encode(x)))):
+                    pcm.setdefault((name, kind), []).append(audio.resample(y[0].numpy(), rate, 16000))
+    train_y, truth = [r["speaker"] for r in train_rows], [r["speaker"] for r in rows]
+
+    def accuracy(clf, f):
+        return round(sum(p_ == t for p_, t in zip(clf.predict(f), truth)) / len(truth), 4)
+
+    def features(speech=None, columns=slice(None)):
+        return {k: np.array([speaker_id.features(x, 16000, speech) for x in v])[:, columns]
+                for k, v in pcm.items()}
+
+    def entry(f, test_round_trip=None):
+        clf = speaker_id.SpeakerClassifier().fit(list(f["train", "recorded"]), train_y)
+        rt = f["test", "round_trip"] if test_round_trip is None else test_round_trip
+        return {"recorded": accuracy(clf, list(f["test", "recorded"])),
+                "through_codec": accuracy(clf, list(rt))}
+
+    full = features()
+    tr_rec, tr_rt, te_rt = full["train", "recorded"], full["train", "round_trip"], full["test", "round_trip"]
+    lift = lambda a: np.hstack([a, np.ones((len(a), 1))])  # noqa: E731
+    linear = np.linalg.lstsq(lift(tr_rt), tr_rec, rcond=None)[0]
+    return {
+        "train_utterances": len(train_rows), "utterances": len(rows), "speech_db": speech_db,
+        "as_checked": entry(full),
+        "static_shift": entry(full, te_rt + (tr_rec.mean(0) - tr_rt.mean(0))),
+        "linear_map": entry(full, lift(te_rt) @ linear),
+        "without_delta_means": entry(features(columns=np.r_[0:26, 39:52])),
+        "speech_frames": entry(features(speech_db)),
+    }
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", required=True)
@@ -189,14 +243,17 @@ def main(argv=None):
     p.add_argument("--codec-per-speaker", type=int, default=4)
     p.add_argument("--codec-probes", action="store_true",
                    help="with --codec: classifiers trained after the codec too (codec_probes)")
+    p.add_argument("--codec-colour", action="store_true",
+                   help="with --codec: what kind of change hides the speakers of the round trips "
+                        "from the classifier (codec_colour)")
     p.add_argument("--outputs", metavar="WORK",
                    help="with --codec: also name the model's outputs of a finished evaluate.py "
                         "run (its --work folder) with the cloning check's classifier and the one "
                         "trained on round trips through that codec (model_outputs)")
     p.add_argument("--json")
     args = p.parse_args(argv)
-    if args.outputs and not args.codec:  # before any work
-        raise SystemExit("--outputs needs --codec (the codec the outputs were decoded with)")
+    if (args.outputs or args.codec_colour) and not args.codec:  # before any work
+        raise SystemExit("--outputs and --codec-colour need --codec (the codec to look through)")
     start = time.time()
     rows = source_wer.read_corpus(args.corpus)
     train, unseen, seen = [], [], collections.Counter()
@@ -241,6 +298,8 @@ def main(argv=None):
         result["settings"]["codec_per_speaker"] = args.codec_per_speaker
         if args.codec_probes:
             result["codec_probes"] = codec_probes(train, picked, args.corpus, args.codec)
+        if args.codec_colour:
+            result["codec_colour"] = codec_colour(train, picked, args.corpus, args.codec)
         if args.outputs:
             result["model_outputs"] = model_outputs(clf, train, args.corpus, args.codec, args.outputs)
     result["seconds"] = round(time.time() - start, 1)

@@ -32,9 +32,20 @@ def mfcc(x, rate=16000, n_mfcc=13, n_mels=26, frame=400, hop=160, n_fft=512):
     return energies @ dct.T  # [frames, n_mfcc]
 
 
-def features(x, rate=16000):
+def features(x, rate=16000, speech_db=None):
+    """The 52 statistics. speech_db (None for the cloning check): over the frames whose power is
+    within speech_db decibels of the utterance's 99th-percentile frame only (an energy voice
+    activity detector; the deltas are taken before the selection)."""
     m = mfcc(x, rate)
     d = np.gradient(m, axis=0) if len(m) > 1 else np.zeros_like(m)
+    if speech_db is not None and len(m) > 1:
+        x = np.asarray(x, dtype=np.float64)
+        if len(x) < 400:
+            x = np.pad(x, (0, 400 - len(x)))
+        idx = np.arange(400)[None] + 160 * np.arange(len(m))[:, None]
+        power = 10 * np.log10((x[idx] ** 2).mean(1) + 1e-20)
+        keep = power >= np.percentile(power, 99) - speech_db
+        m, d = m[keep], d[keep]
     return np.concatenate([m.mean(0), m.std(0), d.mean(0), d.std(0)])
 
 

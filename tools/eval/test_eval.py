@@ -95,6 +95,41 @@ class SpeakerCheck(unittest.TestCase):
             self.assertEqual((probes["accuracy_codes"], probes["accuracy_matched"]), (1.0, 1.0))
 
     @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
+    def test_codec_colour_scores_each_kind_of_correction_on_the_same_utterances(self):
+        speakers = {"low-a": (110, 0.6), "high-a": (260, 0.3)}
+        with tempfile.TemporaryDirectory() as d:
+            make_corpus(d, speakers, train=8, heldout=3)
+            out = os.path.join(d, "check.json")
+            self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
+                                                 "--test-per-speaker", "0", "--codec", CODEC,
+                                                 "--codec-per-speaker", "2", "--codec-colour",
+                                                 "--json", out]), 0)
+            result = json.load(open(out))
+            colour = result["codec_colour"]
+            self.assertEqual((colour["train_utterances"], colour["utterances"]), (12, 4))
+            # the check's own features give codec_round_trip's figures on the same utterances
+            self.assertEqual(colour["as_checked"]["recorded"], result["codec_round_trip"]["accuracy_recorded"])
+            self.assertEqual(colour["as_checked"]["through_codec"],
+                             result["codec_round_trip"]["accuracy_through_codec"])
+            for name in ("static_shift", "linear_map", "without_delta_means", "speech_frames"):
+                self.assertEqual(colour[name]["recorded"], 1.0, name)
+                self.assertTrue(0.0 <= colour[name]["through_codec"] <= 1.0, name)
+            with self.assertRaises(SystemExit):
+                speaker_check.main(["--corpus", d, "--codec-colour"])
+
+    def test_speech_frames_leave_out_silence(self):
+        x = tone(150, 0.5, 1.0, 7, rate=16000)
+        silent = np.concatenate([np.zeros(16000), x, np.zeros(16000)])
+        speech = speaker_id.features(x, 16000, speech_db=40)
+        # a second of silence each side moves the statistics of all frames far more than those
+        # of the speech frames (which keep only the few frames straddling the edges)
+        moved_all = np.abs(speaker_id.features(silent, 16000) - speaker_id.features(x, 16000))[:26]
+        moved_speech = np.abs(speaker_id.features(silent, 16000, speech_db=40) - speech)[:26]
+        self.assertGreater(moved_all.max(), 100.0)
+        self.assertLess(moved_speech.max(), 0.05 * moved_all.max())
+        np.testing.assert_array_equal(speaker_id.features(x, 16000, speech_db=None), speaker_id.features(x, 16000))
+
+    @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
     def test_outputs_of_an_evaluation_are_named_by_both_classifiers(self):
         speakers = {"low-a": (110, 0.6), "high-a": (260, 0.3)}
         with tempfile.TemporaryDirectory() as d:
