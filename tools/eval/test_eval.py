@@ -72,17 +72,21 @@ class SpeakerCheck(unittest.TestCase):
                 self.assertEqual(r[part]["voice_accuracy"], 1.0)
             self.assertFalse(os.path.exists(out + ".partial"))
 
+    def codec_check(self, d, options):
+        """speaker_check through the bundled codec on two tone speakers an octave apart (8 training
+        and 3 held-out utterances each; the classifier on 6, the codec on the first 2 held-out):
+        its receipt."""
+        make_corpus(d, {"low-a": (110, 0.6), "high-a": (260, 0.3)}, train=8, heldout=3)
+        out = os.path.join(d, "check.json")
+        self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6", "--codec",
+                                             CODEC, "--codec-per-speaker", "2", "--json", out]
+                                            + options), 0)
+        return json.load(open(out))
+
     @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
     def test_codec_round_trip_scores_the_same_utterances_recorded_and_decoded(self):
-        speakers = {"low-a": (110, 0.6), "high-a": (260, 0.3)}
         with tempfile.TemporaryDirectory() as d:
-            make_corpus(d, speakers, train=8, heldout=3)
-            out = os.path.join(d, "check.json")
-            self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
-                                                 "--test-per-speaker", "2", "--codec", CODEC,
-                                                 "--codec-per-speaker", "2", "--codec-probes",
-                                                 "--json", out]), 0)
-            result = json.load(open(out))
+            result = self.codec_check(d, ["--test-per-speaker", "2", "--codec-probes"])
             r = result["codec_round_trip"]
             self.assertEqual(r["utterances"], 4)  # the first 2 held-out of each speaker
             self.assertEqual(r["accuracy_recorded"], 1.0)
@@ -96,15 +100,8 @@ class SpeakerCheck(unittest.TestCase):
 
     @unittest.skipUnless(os.path.exists(CODEC), "no bundled codec")
     def test_codec_colour_scores_each_kind_of_correction_on_the_same_utterances(self):
-        speakers = {"low-a": (110, 0.6), "high-a": (260, 0.3)}
         with tempfile.TemporaryDirectory() as d:
-            make_corpus(d, speakers, train=8, heldout=3)
-            out = os.path.join(d, "check.json")
-            self.assertEqual(speaker_check.main(["--corpus", d, "--train-per-speaker", "6",
-                                                 "--test-per-speaker", "0", "--codec", CODEC,
-                                                 "--codec-per-speaker", "2", "--codec-colour",
-                                                 "--json", out]), 0)
-            result = json.load(open(out))
+            result = self.codec_check(d, ["--test-per-speaker", "0", "--codec-colour"])
             colour = result["codec_colour"]
             self.assertEqual((colour["train_utterances"], colour["utterances"]), (12, 4))
             # the check's own features give codec_round_trip's figures on the same utterances
