@@ -567,6 +567,17 @@ class Pipeline(unittest.TestCase):
             with self.assertRaises(ValueError):
                 train.load_codec_weights(work, config, recipe, "cpu")
 
+    def test_stats_loss_sees_a_crop_statistics_and_not_its_order(self):
+        import decoder_pilot
+        filters = codec_lib._mel_filters(24000, 1024, 64)
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(2, 24000, generator=g)
+        self.assertEqual(float(decoder_pilot.stats_loss(x, x, filters)), 0.0)
+        # louder (a shifted log-mel mean) and a reordered crop (the same statistics, other frames)
+        self.assertGreater(float(decoder_pilot.stats_loss(2 * x, x, filters)), 0.5)
+        halves = torch.cat([x[:, 12000:], x[:, :12000]], dim=1)
+        self.assertLess(float(decoder_pilot.stats_loss(halves, x, filters)), 0.05)
+
     def test_unquantized_reconstruction_is_the_projections_without_codebooks(self):
         config = tiny_config()
         c = codec_lib.Codec(config["codec"], 1)
