@@ -99,18 +99,16 @@ def fine_tune(codec_dir, crops, codes, weight, steps, batch, lr, seed):
 
 def score(codec, rate, clf, speaker_rows, wer_rows, corpus, work, name):
     """The cloning check's classifier on speaker_rows' round trips, and WER of wer_rows' round
-    trips (wavs written under work)."""
-    feats = []
-    with torch.no_grad():
-        for r in speaker_rows:
-            y = codec.decode(codec.encode(speaker_check.read_pcm(corpus, r, rate)))[0].numpy()
-            feats.append(speaker_id.features(audio.resample(y, rate, 16000), 16000))
-        items = []
-        for i, r in enumerate(wer_rows):
-            y = codec.decode(codec.encode(speaker_check.read_pcm(corpus, r, rate)))[0].numpy()
-            path = os.path.join(work, f"{name}-{i}.wav")
-            audio.write_wav(path, y, rate)
-            items.append((f"{name}.{i}", path))
+    trips (wer_rows among speaker_rows; wavs written under work)."""
+    with torch.no_grad():  # each utterance through the codec once: wer_rows are among speaker_rows
+        trips = {r["path"]: codec.decode(codec.encode(speaker_check.read_pcm(corpus, r, rate)))[0].numpy()
+                 for r in speaker_rows}
+    feats = [speaker_id.features(audio.resample(trips[r["path"]], rate, 16000), 16000) for r in speaker_rows]
+    items = []
+    for i, r in enumerate(wer_rows):
+        path = os.path.join(work, f"{name}-{i}.wav")
+        audio.write_wav(path, trips[r["path"]], rate)
+        items.append((f"{name}.{i}", path))
     accuracy, voice_accuracy = speaker_check.accuracies(clf.predict(feats), speaker_rows)
     hyp = asr.recognize(items)
     return {"speaker_accuracy": accuracy, "voice_accuracy": voice_accuracy,
