@@ -47,6 +47,7 @@ class CudaBackend final : public Backend {
                   int32_t* dst) override;
 
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) override;
+  void linears(const Product* products, int64_t n, const float* x, int64_t rows) override;
   void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) override;
 
   void embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids, int64_t rows,
