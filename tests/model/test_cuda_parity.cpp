@@ -456,8 +456,10 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
 // are not multiples of 16 bytes, tail column blocks, an activation matrix not on 16 bytes, more
 // output slots than ranks), for 1, 2, 3, 8 and 64 rows and three expert mixes (random distinct
 // experts per row, every row the same experts, rows on disjoint experts as far as they go). Version
-// 1 equals the separate calls (the test above), so version 2 does too. (Up to 2026-12-04 this test
-// was VersionTwoEqualsVersionOneBitwise.)
+// 1 equals the separate calls (the test above), so version 2 does too. Version 3's own layout reads
+// its activations split ahead (the grouping kernel's further blocks split x, the gate/up product
+// writes act split), the wide one splits them in the kernel: so the comparison also checks the
+// split. (Up to 2026-12-04 this test was VersionTwoEqualsVersionOneBitwise.)
 TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   REQUIRE_CUDA(cuda);
 #ifdef DRAMA_WITH_CUDA

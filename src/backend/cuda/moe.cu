@@ -190,15 +190,79 @@ __device__ __forceinline__ void store_down(const MoeLayout& m, int64_t at, int64
   out[(r * out_slots + j) * hidden + o] = v;
 }
 
+// Version 3's own layout reads its activations split ahead of the kernel, once per row instead of
+// once per block: a row of n activations (n a multiple of 16) is n / 4 chunks of plane A, uint4
+// {hi(x0, x1), hi(x2, x3), mid(x0, x1), mid(x2, x3)}, then n / 4 of plane B, uint2 {lo(x0, x1),
+// lo(x2, x3)}: the three exact bfloat16 terms (mma.cuh's take_upper_halves) of inputs 4c .. 4c + 3
+// as mma's B words, 6 n bytes a row (a multiple of 16: every chunk on its load's alignment).
+__host__ __device__ inline uint4* split_a(uint32_t* base, int64_t row, int64_t n) {
+  return reinterpret_cast<uint4*>(base + row * (3 * n / 2));
+}
+__host__ __device__ inline uint2* split_b(uint32_t* base, int64_t row, int64_t n) {
+  return reinterpret_cast<uint2*>(base + row * (3 * n / 2) + n);
+}
+// Chunk v split: plane A's words returned, plane B's in b. The same operations in the same order
+// per element as the in-kernel split of version 3's wide layout, so the same terms.
+__device__ __forceinline__ uint4 split_activations(float4 v, uint2& b) {
+  uint4 a;
+  a.x = take_upper_halves(v.x, v.y);
+  a.y = take_upper_halves(v.z, v.w);
+  a.z = take_upper_halves(v.x, v.y);
+  a.w = take_upper_halves(v.z, v.w);
+  b.x = take_upper_halves(v.x, v.y);
+  b.y = take_upper_halves(v.z, v.w);
+  return a;
+}
+
+// store_act's value, written split (the down product of version 3's own layout reads it so):
+// element o of chunk o / 4, its hi and mid halves in plane A, its lo half in plane B.
+__device__ __forceinline__ void store_act_split(uint32_t* acts, int64_t at, int64_t inter,
+                                                int64_t o, float gs, float us) {
+  float a = gs / (1.0f + expf(-gs)) * us;
+  uint16_t term[3];
+#pragma unroll
+  for (int t = 0; t < 3; ++t) {
+    const uint32_t u = __float_as_uint(a);
+    term[t] = static_cast<uint16_t>(u >> 16);
+    a -= __uint_as_float(u & 0xffff0000u);
+  }
+  uint16_t* plane_a = reinterpret_cast<uint16_t*>(split_a(acts, at, inter) + o / 4);
+  uint16_t* plane_b = reinterpret_cast<uint16_t*>(split_b(acts, at, inter) + o / 4);
+  plane_a[o % 4] = term[0];
+  plane_a[4 + o % 4] = term[1];
+  plane_b[o % 4] = term[2];
+}
+
 // One block: counts per stored expert in shared memory (integer atomics: the same counts in any
 // order), then warp 0 scans them (lane l owns a contiguous run of experts) into start[] and the
 // list of chosen experts, then warp 0 places the pairs 32 at a time in increasing pair order: a
 // pair's place in its expert's run is the run's fill so far plus the lanes before it in the same
 // 32 that chose the same expert (__match_any_sync). So each expert's pairs stay in increasing pair
 // order (row, then rank), as the order of a serial pass gives them.
+//
+// Blocks after the first (version 3's own layout only: xs not null) split the rows of x into
+// xs as the version-3 kernels feed activations to mma (split_activations): rows x hidden / 4
+// chunks, grid-strided.
 __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
-                                 int64_t n_stored, float* workspace) {
+                                 int64_t n_stored, float* workspace, const float* __restrict__ x,
+                                 int64_t rows, int64_t hidden, bool vec_x, uint32_t* xs) {
   pdl_entry();
+  if (blockIdx.x > 0) {
+    const int64_t per_row = hidden / 4, chunks = rows * per_row;
+    const int64_t stride = static_cast<int64_t>(gridDim.x - 1) * blockDim.x;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x - 1) * blockDim.x + threadIdx.x; c < chunks;
+         c += stride) {
+      const int64_t r = c / per_row, i = c % per_row;
+      const float* p = x + r * hidden + 4 * i;
+      const float4 v =
+          vec_x ? *reinterpret_cast<const float4*>(p) : make_float4(p[0], p[1], p[2], p[3]);
+      uint2 b;
+      const uint4 a = split_activations(v, b);
+      split_a(xs, r, hidden)[i] = a;
+      split_b(xs, r, hidden)[i] = b;
+    }
+    return;
+  }
   extern __shared__ int32_t count[];  // [n_stored + 1]: counts, then each run's fill
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) count[s] = 0;
@@ -602,9 +666,9 @@ __device__ __forceinline__ void v3_weights(const uint8_t* codes, const uint8_t* 
 template <int NW>
 __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
-                        int64_t inter, const float* __restrict__ x, int64_t pairs, int64_t k,
-                        int64_t out_slots, int64_t groups_per_slice, bool vec_x, float* workspace,
-                        float* __restrict__ out) {
+                        int64_t inter, uint32_t* __restrict__ xs, int64_t pairs, int64_t k,
+                        int64_t out_slots, int64_t groups_per_slice, uint32_t* __restrict__ acts,
+                        float* workspace, float* __restrict__ out) {
   pdl_entry();
   __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
@@ -635,14 +699,14 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     }
   }
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
-    // B column g: pair p0 + i0 + g (its x row, or its act row for down).
+    // B column g: pair p0 + i0 + g (its x row split, or its act row split for down).
     const bool has_row = i0 + g < n;
-    const float* xrow = nullptr;
+    const uint4* row_a = nullptr;
+    const uint2* row_b = nullptr;
     if (has_row) {
-      if constexpr (NW == 2)
-        xrow = x + (m.order[p0 + i0 + g] / k) * hidden;
-      else
-        xrow = m.act + (p0 + i0 + g) * inter;
+      const int64_t row = NW == 2 ? m.order[p0 + i0 + g] / k : p0 + i0 + g;
+      row_a = split_a(NW == 2 ? xs : acts, row, in);
+      row_b = split_b(NW == 2 ? xs : acts, row, in);
     }
     float acc[NW][4], acc_low[NW][4];
 #pragma unroll
@@ -657,37 +721,39 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           v3_weights(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
-      float4 v[8];
+          // The activation terms, split ahead (chunk kb / 4 + s of the row), four steps at a time
+          // (all eight at once spill: 324 bytes for gate/up, 68 for down, sm_90a).
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        const int64_t kk = kb + 4 * s;
-        if (!has_row || kk >= in) {
-          v[s] = make_float4(0.f, 0.f, 0.f, 0.f);
-        } else if (vec_x) {
-          v[s] = *reinterpret_cast<const float4*>(xrow + kk);
-        } else {
-          v[s] = make_float4(xrow[kk], xrow[kk + 1], xrow[kk + 2], xrow[kk + 3]);
-        }
-      }
+      for (int half = 0; half < 2; ++half) {
+        uint4 va[4];
+        uint2 vb[4];
 #pragma unroll
-      // Every lane runs all 8 steps (mma.sync needs the whole warp): inputs past `in` are zero
-      // codes and zero activations, which add exact zeros.
-      for (int s = 0; s < 8; ++s) {
-        uint32_t b[3][2];
-#pragma unroll
-        for (int term = 0; term < 3; ++term) {
-          b[term][0] = take_upper_halves(v[s].x, v[s].y);
-          b[term][1] = take_upper_halves(v[s].z, v[s].w);
+        for (int u = 0; u < 4; ++u) {
+          const int64_t kk = kb + 4 * (4 * half + u);
+          if (!has_row || kk >= in) {
+            va[u] = make_uint4(0, 0, 0, 0);
+            vb[u] = make_uint2(0, 0);
+          } else {
+            va[u] = row_a[kk / 4];
+            vb[u] = row_b[kk / 4];
+          }
         }
 #pragma unroll
-        for (int w = 0; w < NW; ++w) {
-          // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
-          uint32_t a[4];
-          e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), sc[w][0][s / 4], a[0], a[2]);
-          e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), sc[w][1][s / 4], a[1], a[3]);
-          mma_bf16(acc_low[w], a, b[2][0], b[2][1]);
-          mma_bf16(acc_low[w], a, b[1][0], b[1][1]);
-          mma_bf16(acc[w], a, b[0][0], b[0][1]);
+        // Every lane runs all 8 steps (mma.sync needs the whole warp): inputs past `in` are zero
+        // codes and zero activations, which add exact zeros.
+        for (int u = 0; u < 4; ++u) {
+          const int s = 4 * half + u;
+          const uint32_t b[3][2] = {{va[u].x, va[u].y}, {va[u].z, va[u].w}, {vb[u].x, vb[u].y}};
+#pragma unroll
+          for (int w = 0; w < NW; ++w) {
+            // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
+            uint32_t a[4];
+            e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), sc[w][0][s / 4], a[0], a[2]);
+            e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), sc[w][1][s / 4], a[1], a[3]);
+            mma_bf16(acc_low[w], a, b[2][0], b[2][1]);
+            mma_bf16(acc_low[w], a, b[1][0], b[1][1]);
+            mma_bf16(acc[w], a, b[0][0], b[0][1]);
+          }
         }
       }
     }
@@ -711,7 +777,7 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
         for (int sl = 1; sl < slices; ++sl) sum[w] += partial[sl][w][rr][c];
       }
       if constexpr (NW == 2)
-        store_act(m, p0 + i0 + rr, inter, o, sum[0] * e.scale2[0], sum[1] * e.scale2[1]);
+        store_act_split(acts, p0 + i0 + rr, inter, o, sum[0] * e.scale2[0], sum[1] * e.scale2[1]);
       else
         store_down(m, p0 + i0 + rr, k, out_slots, hidden, o, sum[0] * e.scale2[2], out);
     }
@@ -998,10 +1064,32 @@ void check_wide_environment() {
                 ": a row count (0: never the wide layout; unset: by pairs an expert)");
 }
 
-int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
-  const int64_t pairs = rows * k;
+namespace {
+
+// The grouping's words and act (moe_layout), then, from the next 16 bytes, version 3's own
+// layout's split activations (split_a): act's [pairs, inter] rows, then x's [rows, hidden].
+int64_t act_end_floats(int64_t pairs, int64_t inter, int64_t n_stored) {
   // act rows start on 16 bytes (the down product's float4 loads): round the int words up to 4.
   return (pairs + 2 * n_stored + 2 + 3) / 4 * 4 + pairs * inter;
+}
+struct SplitAreas {
+  uint32_t* acts;
+  uint32_t* xs;
+};
+SplitAreas split_areas(float* workspace, int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
+  const int64_t pairs = rows * k;
+  const uintptr_t end =
+      reinterpret_cast<uintptr_t>(workspace + act_end_floats(pairs, inter, n_stored));
+  uint32_t* acts = reinterpret_cast<uint32_t*>((end + 15) / 16 * 16);
+  return {acts, acts + 3 * pairs * inter / 2};
+}
+
+}  // namespace
+
+int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter,
+                          int64_t n_stored) {
+  const int64_t pairs = rows * k;
+  return act_end_floats(pairs, inter, n_stored) + 4 + 3 * pairs * inter / 2 + 3 * rows * hidden / 2;
 }
 
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
@@ -1010,16 +1098,25 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
                         float* workspace, cudaStream_t stream, int version) {
   const int64_t pairs = rows * k;
   if (pairs <= 0) return;
-  launch(moe_group_kernel, 1, 256, static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream,
-         expert_index, pairs, n_stored, workspace);
+  const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
+  const bool v3 =
+      version == 3 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0;
+  const bool wide = v3 && wide_layout(rows, k, n_stored);
+  // Version 3's own layout: the grouping's further blocks split x (moe_group_kernel).
+  const SplitAreas split = split_areas(workspace, rows, k, inter, n_stored);
+  const int64_t split_chunks = v3 && !wide ? rows * (hidden / 4) : 0;
+  const unsigned split_blocks =
+      static_cast<unsigned>(std::min<int64_t>((split_chunks + 255) / 256, 128));
+  launch(moe_group_kernel, 1 + split_blocks, 256,
+         static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream, expert_index, pairs, n_stored,
+         workspace, x, rows, hidden, vec_x, split_chunks ? split.xs : nullptr);
   check_launch("moe_experts grouping");
   const unsigned slots = static_cast<unsigned>(pairs < n_stored ? pairs : n_stored);
   const unsigned threads = 32 * kExpertWarps;
-  const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
   const bool vec_act = reinterpret_cast<uintptr_t>(workspace) % 16 == 0 && inter % 4 == 0;
-  if (version == 3 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
+  if (v3) {
     const V3Split up = v3_split(hidden), down = v3_split(inter);
-    if (wide_layout(rows, k, n_stored)) {
+    if (wide) {
       static std::atomic<int64_t> up_allowed{0}, down_allowed{0};
       auto* up_kernel = moe_nvfp4_v3_wide_kernel<2>;
       auto* down_kernel = moe_nvfp4_v3_wide_kernel<1>;
@@ -1038,12 +1135,12 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
       return;
     }
     launch(moe_nvfp4_v3_kernel<2>, dim3(slots, blocks_for(inter, kV3Cols)), 32 * up.slices, 0,
-           stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, up.groups_per_slice,
-           vec_x, workspace, out);
+           stream, experts, n_stored, hidden, inter, split.xs, pairs, k, out_slots,
+           up.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts gate/up (v3)");
     launch(moe_nvfp4_v3_kernel<1>, dim3(slots, blocks_for(hidden, kV3Cols)), 32 * down.slices, 0,
-           stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, down.groups_per_slice,
-           vec_act, workspace, out);
+           stream, experts, n_stored, hidden, inter, split.xs, pairs, k, out_slots,
+           down.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts down (v3)");
     return;
   }
@@ -1156,7 +1253,7 @@ void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, co
   prepare_experts(experts, n_stored);
   const std::unique_ptr<DeviceBuffer>& table =
       expert_tables_.at({experts, experts[0].gate.data}).device;
-  if (moe_layout_floats(rows, k, inter, n_stored) >
+  if (moe_layout_floats(rows, k, hidden, inter, n_stored) >
       Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
     throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
   launch_moe_experts(static_cast<const DeviceExpert*>(table->data()), format, n_stored, hidden,
