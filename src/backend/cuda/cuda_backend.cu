@@ -411,6 +411,10 @@ bool set_tensor_linear(Backend& backend, bool on) {
   return switch_kernel(backend, on, set_tensor_linear_flag);
 }
 
+bool set_split_ahead(Backend& backend, bool on) {
+  return switch_kernel(backend, on, set_split_ahead_flag);
+}
+
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {
   CudaBackend& cuda = cuda_of(backend);
   if (g_timer.on) throw Error("time_each_kernel: already timing");

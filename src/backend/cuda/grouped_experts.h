@@ -34,6 +34,13 @@ int set_moe_experts_version(Backend& backend, int version);
 // rows < -1.
 int64_t set_wide_rows(Backend& backend, int64_t rows);
 
+// Sets whether version 3's own layout of the grouped expert kernels reads its activations split
+// ahead into their three bfloat16 terms (true, the default) or splits them in the kernel (false:
+// the same bits, as before 2026-12-05; the wide layout always reads them split) for every CUDA
+// backend of the process. Drops `backend`'s captured graphs and returns the previous setting.
+// Throws drama::Error when `backend` is not the CUDA backend.
+bool set_split_ahead(Backend& backend, bool on);
+
 // Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when
 // it holds none for the key. Throws drama::Error when `backend` is not the CUDA backend.
 int64_t captured_graph_nodes(Backend& backend, const std::string& key);

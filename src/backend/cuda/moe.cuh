@@ -39,6 +39,9 @@ struct DeviceExpert {
 // expert (the default), 0 never the wide layout, N > 0 the wide layout from N rows on
 // (set_wide_rows in grouped_experts.h drops the graphs too).
 int64_t set_wide_rows_flag(int64_t rows);
+// Sets whether version 3's own layout reads its activations split ahead (true, the default) or
+// splits them in the kernel as before (the same bits); returns the previous setting.
+bool set_split_ahead_flag(bool on);
 // Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count.
 void check_wide_environment();
 // Device floats launch_moe_experts uses of its workspace (at most Backend::moe_workspace_floats).
