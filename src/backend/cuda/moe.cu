@@ -190,8 +190,8 @@ __device__ __forceinline__ void store_down(const MoeLayout& m, int64_t at, int64
   out[(r * out_slots + j) * hidden + o] = v;
 }
 
-// Version 3's own layout reads its activations split ahead of the kernel, once per row instead of
-// once per block: a row of n activations (n a multiple of 16) is n / 4 chunks of plane A, uint4
+// Version 3 reads its activations split ahead of the kernel, once per row instead of in every
+// block and warp: a row of n activations (n a multiple of 16) is n / 4 chunks of plane A, uint4
 // {hi(x0, x1), hi(x2, x3), mid(x0, x1), mid(x2, x3)}, then n / 4 of plane B, uint2 {lo(x0, x1),
 // lo(x2, x3)}: the three exact bfloat16 terms (mma.cuh's take_upper_halves) of inputs 4c .. 4c + 3
 // as mma's B words, 6 n bytes a row (a multiple of 16: every chunk on its load's alignment).
@@ -214,7 +214,7 @@ __device__ __forceinline__ uint4 split_activations(float4 v, uint2& b) {
   return a;
 }
 
-// store_act's value, written split (the down product of version 3's own layout reads it so):
+// store_act's value, written split (version 3's down product reads it so):
 // element o of chunk o / 4, its hi and mid halves in plane A, its lo half in plane B.
 __device__ __forceinline__ void store_act_split(uint32_t* acts, int64_t at, int64_t inter,
                                                 int64_t o, float gs, float us) {
@@ -240,8 +240,8 @@ __device__ __forceinline__ void store_act_split(uint32_t* acts, int64_t at, int6
 // 32 that chose the same expert (__match_any_sync). So each expert's pairs stay in increasing pair
 // order (row, then rank), as the order of a serial pass gives them.
 //
-// Blocks after the first (version 3's own layout only: xs not null) split the rows of x into
-// xs as the version-3 kernels feed activations to mma (split_activations): rows x hidden / 4
+// Blocks after the first (version 3 with the split ahead only: xs not null) split the rows of x
+// into xs as the version-3 kernels feed activations to mma (split_activations): rows x hidden / 4
 // chunks, grid-strided.
 __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
                                  int64_t n_stored, float* workspace, const float* __restrict__ x,
