@@ -67,10 +67,11 @@ bool set_tensor_linear(Backend& backend, bool on);
 // Throws drama::Error when `backend` is not the CUDA backend or the version is neither.
 int set_attention_version(Backend& backend, int version);
 
-// Each kernel `work` launches on `backend` (not captured; launched as it comes), timed alone with
-// device events in launch order: a spinning kernel holds the stream while the host queues the
-// next launch, so a time is that kernel's own execution, without launch latency or the gaps
-// between kernels (what a graph replay removes). `late` counts kernels the host queued only after
+// Each kernel `work` launches on `backend` (not captured: graphs are off while it runs, so work
+// under Backend::run_captured launches as it comes too), timed alone with device events in
+// launch order: a spinning kernel holds the stream while the host queues the next launch, so a
+// time is that kernel's own execution, without launch latency or the gaps between kernels (what
+// a graph replay removes). `late` counts kernels the host queued only after
 // the spin had ended (their times include the wait). Launches are named as check_launch names
 // them (matrix products with their shape). Throws drama::Error when `backend` is not the CUDA
 // backend.
