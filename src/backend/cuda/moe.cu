@@ -18,16 +18,20 @@ namespace {
 
 constexpr int kMaxTopk = 64;
 
-// One warp per row (a block of 32 threads). Every value has the bits of the plain sequential
-// form: the exp terms are computed in parallel but summed by one lane in increasing original id
-// (so a pruned layer gives bitwise the probabilities of the unpruned one with -inf logits: adding
-// +0 changes nothing); top-k follows the total order (higher probability, then lower original
-// id): k rounds of a warp arg-max under that order, each excluding the experts already chosen, so
-// the k best land in rank order. A row holding NaN has no total order; it gets the first k stored
-// experts (k distinct valid indices, weights NaN: the frame's non-finite flag reports it).
-// An expert's place in increasing original id is its stored index when the stored experts are in
-// increasing id (checked per row, one comparison a lane and element); otherwise it is counted
-// (the number of smaller ids: any order of the integer sum gives the same count).
+// One block of kRouteThreads per row. Every value has the bits of the plain sequential form: the
+// exp terms are computed in parallel but summed by one thread in increasing original id (so a
+// pruned layer gives bitwise the probabilities of the unpruned one with -inf logits: adding +0
+// changes nothing); top-k is the total order (higher probability, then lower original id): an
+// expert's rank is the number of experts that beat it, so each expert is ranked on its own and
+// the k best land in rank order, the same experts in the same order as k rounds of an arg-max. A
+// row holding NaN has no total order; it gets the first k stored experts (k distinct valid indices,
+// weights NaN: the frame's non-finite flag reports it).
+// The counts behind both ranks are split over kRouteLanes threads per expert (integer sums: any
+// order gives the same count), so the block's longest loop is n_stored / kRouteLanes steps.
+constexpr int kRouteThreads = 1024;
+constexpr int kRouteLanes = 8;
+constexpr int kRouteGroups = kRouteThreads / kRouteLanes;
+
 __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logit_stride,
                                   const int32_t* __restrict__ logit_column,
                                   const int32_t* __restrict__ original_id, int64_t n_stored,
@@ -38,90 +42,80 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
   float* prob = shared;                                         // [n_stored] by stored index
   float* by_id = prob + n_stored;                               // [n_stored] exp terms by id rank
   int32_t* oid = reinterpret_cast<int32_t*>(by_id + n_stored);  // [n_stored] original ids
-  uint8_t* taken = reinterpret_cast<uint8_t*>(oid + n_stored);  // [n_stored] chosen already
-  const int lane = static_cast<int>(threadIdx.x);
+  __shared__ float max_part[32];
+  __shared__ int32_t chosen[kMaxTopk];
+  __shared__ float total;
+  __shared__ int unordered;
   const int64_t r = blockIdx.x;
   const float* l = logits + r * logit_stride;
+  if (threadIdx.x == 0) unordered = 0;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) chosen[j] = -1;
   float max = -__int_as_float(0x7f800000);
-  for (int64_t s = lane; s < n_stored; s += 32) {
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
     oid[s] = original_id[s];
     prob[s] = l[logit_column[s]];
-    taken[s] = 0;
     max = fmaxf(max, prob[s]);
   }
-  max = warp_max(max);  // fmaxf in any order gives the same maximum
-  __syncwarp();
-  bool increasing = true;
-  for (int64_t s = lane; s + 1 < n_stored; s += 32) increasing = increasing && oid[s] < oid[s + 1];
-  increasing = __all_sync(0xffffffffu, increasing);
-  for (int64_t s = lane; s < n_stored; s += 32) {
-    int64_t rank = s;
-    if (!increasing) {
-      const int32_t me = oid[s];
-      rank = 0;
-      for (int64_t t = 0; t < n_stored; ++t) rank += oid[t] < me;
+  max = block_max(max, max_part);  // synchronizes: oid and the logits are in shared memory
+  const int group = static_cast<int>(threadIdx.x) / kRouteLanes;
+  const int sub = static_cast<int>(threadIdx.x) % kRouteLanes;
+  // (The loop bounds are the same for the kRouteLanes threads of a group: the shuffles see them
+  // all. n_stored rounded up to whole rounds of the groups keeps every group in every round.)
+  const int64_t rounds = (n_stored + kRouteGroups - 1) / kRouteGroups * kRouteGroups;
+  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+    const bool valid = s0 < n_stored;
+    const int32_t me = valid ? oid[s0] : 0;
+    int rank = 0;
+    if (valid)
+      for (int64_t t = sub; t < n_stored; t += kRouteLanes) rank += oid[t] < me;
+    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+      rank += __shfl_xor_sync(0xffffffffu, rank, w, kRouteLanes);
+    if (valid && sub == 0) {
+      const float e = expf(prob[s0] - max);
+      prob[s0] = e;
+      by_id[rank] = e;
     }
-    const float e = expf(prob[s] - max);
-    prob[s] = e;
-    by_id[rank] = e;
   }
-  __syncwarp();
-  float total = 0.0f;
-  if (lane == 0) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
     // In increasing id; 16 terms are loaded before they are added.
+    float sum = 0.0f;
     for (int64_t i0 = 0; i0 < n_stored; i0 += 16) {
       float e[16];
 #pragma unroll
       for (int u = 0; u < 16; ++u) e[u] = i0 + u < n_stored ? by_id[i0 + u] : 0.0f;
 #pragma unroll
       for (int u = 0; u < 16; ++u)
-        if (i0 + u < n_stored) total += e[u];
+        if (i0 + u < n_stored) sum += e[u];
     }
+    total = sum;
   }
-  total = __shfl_sync(0xffffffffu, total, 0);
-  bool unordered = false;
-  for (int64_t s = lane; s < n_stored; s += 32) {
-    prob[s] /= total;
-    unordered = unordered || prob[s] != prob[s];
-  }
-  unordered = __any_sync(0xffffffffu, unordered);
-  __syncwarp();
-  __shared__ int32_t chosen[kMaxTopk];
-  for (int64_t j = 0; j < k; ++j) {
-    int32_t best = static_cast<int32_t>(j);  // no total order: the first k stored experts
-    if (!unordered) {
-      best = -1;
-      float bp = 0.0f;
-      int32_t bid = 0;
-      for (int64_t s = lane; s < n_stored; s += 32) {
-        if (taken[s]) continue;
-        const float p = prob[s];
-        const int32_t id = oid[s];
-        if (best < 0 || p > bp || (p == bp && id < bid)) {
-          best = static_cast<int32_t>(s);
-          bp = p;
-          bid = id;
-        }
+  __syncthreads();
+  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) prob[s] /= total;
+  __syncthreads();
+  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+    const bool valid = s0 < n_stored;
+    const float p = valid ? prob[s0] : 0.0f;
+    const int32_t me = valid ? oid[s0] : 0;
+    int beaten_by = 0;
+    if (valid)
+      for (int64_t t = sub; t < n_stored; t += kRouteLanes) {
+        const float pt = prob[t];
+        beaten_by += pt > p || (pt == p && oid[t] < me);
       }
-      // The butterfly leaves every lane with the same winner: the order is total.
-      for (int m = 16; m >= 1; m /= 2) {
-        const int32_t ob = __shfl_xor_sync(0xffffffffu, best, m);
-        const float op = __shfl_xor_sync(0xffffffffu, bp, m);
-        const int32_t oi = __shfl_xor_sync(0xffffffffu, bid, m);
-        if (ob >= 0 && (best < 0 || op > bp || (op == bp && oi < bid))) {
-          best = ob;
-          bp = op;
-          bid = oi;
-        }
-      }
+    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+      beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, w, kRouteLanes);
+    if (valid && sub == 0) {
+      if (p != p) unordered = 1;
+      if (beaten_by < k) chosen[beaten_by] = static_cast<int32_t>(s0);
     }
-    if (lane == 0) {
-      chosen[j] = best;
-      taken[best] = 1;
-    }
-    __syncwarp();
   }
-  if (lane != 0) return;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (unordered) {
+    // No total order: the first k stored experts, each once.
+    for (int64_t j = 0; j < k; ++j) chosen[j] = static_cast<int32_t>(j);
+  }
   float kept = 0.0f;
   for (int64_t j = 0; j < k; ++j) kept += prob[chosen[j]];
   for (int64_t j = 0; j < k; ++j) {
@@ -1059,14 +1053,9 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
   if (k > kMaxTopk || k > n_stored)
     throw Error("CUDA route_topk: k = " + std::to_string(k) + " must be at most " +
                 std::to_string(kMaxTopk) + " and at most the stored experts.");
-  // prob, by_id, oid and taken (route_topk_kernel): 13 bytes an expert.
-  const size_t shared =
-      static_cast<size_t>(n_stored) * (2 * sizeof(float) + sizeof(int32_t) + sizeof(uint8_t));
-  if (shared > 48 * 1024)
-    throw Error("CUDA route_topk: " + std::to_string(n_stored) +
-                " stored experts need more than 48 KiB of shared memory.");
-  launch(route_topk_kernel, static_cast<unsigned>(rows), 32, shared, stream, logits, logit_stride,
-         logit_column, original_id, n_stored, k, norm_topk, expert_index, weight);
+  const size_t shared = static_cast<size_t>(n_stored) * (2 * sizeof(float) + sizeof(int32_t));
+  launch(route_topk_kernel, static_cast<unsigned>(rows), kRouteThreads, shared, stream, logits,
+         logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index, weight);
   check_launch("route_topk");
 }
 
