@@ -227,6 +227,13 @@ for r in j["runs"]:
         r["first_frame_ms_max"], r["first_frame_ms_joining_at_load"], l["step_ms"], l["bytes_ms"],
         *("%.2f" % l[k] if k in l else "-" for k in ("flops_ms", "mma_ms", "fma_ms"))))
     print("   ceiling:", {k: v for k, v in r["memory"].items() if k != "note"})
+    kt = r.get("kernel_times")
+    if isinstance(kt, dict):
+        print("   one step's kernels timed alone: %d launches, %.2f ms in all (empty kernel %.2f us)" % (
+            kt["launches"], kt["sum_of_kernels_ms"], kt["empty_kernel_us"]))
+        for k in sorted(kt["by_kernel"], key=lambda k: -k["us"])[:12]:
+            print("      %-44s %5d launches %9.1f us %5.1f%%" % (k["kernel"], k["launches"], k["us"],
+                                                               100 * k["share"]))
 print("skipped (a smaller count was already slower than real time):",
       j.get("lanes_skipped_below_real_time"))
 print("most streams faster than real time:", j["most_streams_faster_than_real_time"],

@@ -56,9 +56,10 @@ const std::vector<std::string>& Backend::kernel_names() {
 int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter,
                                       int64_t n_stored) {
   // Gathered inputs and outputs [rows * k, hidden], gate / up / activation [rows * k, inter],
-  // and room for a device-side grouping (pair order, per-expert offsets) in 32-bit words.
+  // and room for a device-side grouping (pair order, per-expert offsets, chosen experts) in
+  // 32-bit words with some alignment (CUDA's layout, moe_layout_floats, fits inside).
   const int64_t pairs = rows * k;
-  return pairs * (2 * hidden + 3 * inter) + 2 * pairs + n_stored + 1;
+  return pairs * (2 * hidden + 3 * inter) + 2 * pairs + 2 * n_stored + 9;
 }
 
 void Backend::linears(const Product* products, int64_t n, const float* x, int64_t rows) {

@@ -12,6 +12,12 @@
 #include "format/checkpoint.h"
 #include "format/config.h"
 
+#ifdef DRAMA_WITH_CUDA
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/grouped_experts.h"
+#endif
+
 namespace drama::cli {
 
 void register_bench_gemv(CLI::App& bench, std::function<int()>& run);
@@ -26,6 +32,14 @@ void register_bench_verify(CLI::App& bench, std::function<int()>& run);
 int run_synthetic_decode(const std::string& config_path, const BackendOptions& backend,
                          int64_t steps, int repeats, const std::vector<int64_t>& step_rows,
                          const std::string& json_path);
+
+#ifdef DRAMA_WITH_CUDA
+// A step's kernels timed alone (cuda::time_each_kernel) as a receipt's table: launches, the sum of
+// the kernels' times, late launches, the empty kernel's time (the floor of each figure), the
+// time by kernel name in order of first launch (`by_kernel`: launches, us, share), and the first
+// `sequence_kept` launches in order (`first_launches_us`: which product is which).
+nlohmann::json kernel_table(const cuda::KernelTimes& times, size_t sequence_kept);
+#endif
 
 // A whole model but the codec (backbone and tower) of random weights of `config`'s geometry, in
 // `backend`'s memory (bench_synthetic.cpp): what `bench decode --synthetic CONFIG --lanes N`

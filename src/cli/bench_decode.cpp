@@ -135,6 +135,7 @@ struct PassResult {
   std::vector<double> first_frame_s;  // per initial session: from its join to its first frame
   double join_at_load_s = 0;  // a session joining while the others stream: to its first frame
   uint64_t expert_bytes = 0;  // expert weight bytes the backend counted in the timed steps
+  nlohmann::json kernels;     // CUDA: one more step's kernels, each timed alone (kernel_table)
 };
 
 // `lanes` concurrent sessions of the same prompt (seeds 1, 2, ...) joined at once and stepped
@@ -143,8 +144,12 @@ struct PassResult {
 // sentence after a few frames still keeps every lane streaming; a session that ends anyway (the
 // position limit) is replaced by one with the next seed, whose prefill steps are not timed.
 // Then one session is replaced by a new one while the others stream, and the new one's time to
-// its first frame is taken (time to first audio at that load, in steady state).
-PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const SessionSpec& base) {
+// its first frame is taken (time to first audio at that load, in steady state). With
+// `time_kernels` (CUDA), one more step after the timed ones runs with every kernel timed alone:
+// where a step of this many lanes spends its time (backbone, heads, tower, sampling), kernel by
+// kernel.
+PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const SessionSpec& base,
+                       bool time_kernels = false) {
   uint64_t seed = 1;
   std::set<uint64_t> live, waiting_first;
   auto join = [&] {
@@ -178,6 +183,13 @@ PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const 
   }
   r.timing = model.timing();
   r.expert_bytes = model.backend().transfers().expert_weight_bytes - experts0;
+#ifdef DRAMA_WITH_CUDA
+  if (time_kernels)
+    r.kernels = kernel_table(
+        cuda::time_each_kernel(model.backend(), [&] { step([](const StepEvent&) {}); }), 0);
+#else
+  (void)time_kernels;
+#endif
   // One lane's session leaves (cancelled: step() ends it and `step` joins its replacement at
   // once, as a server's queue would), the others keep streaming.
   const uint64_t leaving = *live.begin();
@@ -309,6 +321,7 @@ int run_decode(const DecodeOptions& o) {
     double join_at_load_s = 0;
     bool experts_counted = false;
     nlohmann::json bw;
+    nlohmann::json kernels;  // CUDA: one more step's kernels timed alone (decode_pass)
     double step_s, eff, fraction;
   };
   double decode_peak_rss_mib = 0;
@@ -345,8 +358,9 @@ int run_decode(const DecodeOptions& o) {
       const int64_t lanes = lane_counts[li];
       if (rep == 0) decode_pass(model, lanes, 2, base);  // the warm-up
       Sample sm;
-      PassResult pass = decode_pass(model, lanes, o.frames, base);
+      PassResult pass = decode_pass(model, lanes, o.frames, base, on_cuda);
       sm.t = pass.timing;
+      sm.kernels = std::move(pass.kernels);
       sm.first_frame_s = std::move(pass.first_frame_s);
       std::sort(sm.first_frame_s.begin(), sm.first_frame_s.end());
       if (rep == 0 && li == 0) {
@@ -424,7 +438,8 @@ int run_decode(const DecodeOptions& o) {
          {"effective_gb_s", med.eff},
          {"memory", med.bw},
          {"fraction_of_read_bandwidth", med.fraction},
-         {"samples", per_sample}});
+         {"samples", per_sample},
+         {"kernel_times", med.kernels}});
     // The bound this step is measured against (step_limit), from the same sample's ceiling.
     const int64_t rows = lanes * (single ? 1 : 2);
     const auto rate = [&](const char* key, double unit) {
@@ -490,6 +505,9 @@ int run_decode(const DecodeOptions& o) {
        "joins at once while the other lanes stream, from its joining to its first frame. "
        "backbone_ms_per_step / tower_ms_per_step: the wall-clock split at the host's boundary "
        "between them; a step replayed as a CUDA graph has none, and all of it counts as tower. "
+       "kernel_times (CUDA): one more step after the timed ones of the median sample, launched "
+       "(not a graph) with each kernel timed alone, by kernel name: where the step's time goes "
+       "(backbone, heads, tower, sampling); each figure includes the empty kernel's time. "
        "limit: the step's bound (model/step_limit.h), max(bytes / copy rate, mma_flops_issued / "
        "mma rate + fma_flops / FMA rate), each term 0 where its rate is not measured. bytes = "
        "the counted weight bytes, plus the distinct experts the rows choose under uniform "

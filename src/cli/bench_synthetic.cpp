@@ -208,6 +208,36 @@ Ceiling measure_copy(const std::string& backend) {
 
 }  // namespace
 
+#ifdef DRAMA_WITH_CUDA
+nlohmann::json kernel_table(const cuda::KernelTimes& times, size_t sequence_kept) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<int64_t, double>> by_name;
+  nlohmann::json sequence = nlohmann::json::array();
+  double sum_us = 0;
+  for (const auto& k : times.kernels) {
+    auto [it, fresh] = by_name.try_emplace(k.kernel, 0, 0.0);
+    if (fresh) order.push_back(k.kernel);
+    it->second.first += 1;
+    it->second.second += k.us;
+    sum_us += k.us;
+    if (sequence.size() < sequence_kept)
+      sequence.push_back({k.kernel, std::round(k.us * 100) / 100});
+  }
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const auto& name : order)
+    kernels.push_back({{"kernel", name},
+                       {"launches", by_name[name].first},
+                       {"us", by_name[name].second},
+                       {"share", sum_us > 0 ? by_name[name].second / sum_us : 0.0}});
+  return {{"launches", times.kernels.size()},
+          {"sum_of_kernels_ms", sum_us * 1e-3},
+          {"late_launches", times.late},
+          {"empty_kernel_us", times.empty_kernel_us},
+          {"by_kernel", kernels},
+          {"first_launches_us", sequence}};
+}
+#endif
+
 struct SyntheticModel::Store {
   explicit Store(Backend& b) : weights(b) {}
   SyntheticWeights weights;
@@ -486,40 +516,13 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     for (const int64_t rows : all_rows) {
       const RowTables tables = step_tables(rows);
       const int32_t* ids = stage_ids(rows, false);
-      const cuda::KernelTimes kt =
-          cuda::time_each_kernel(b, [&] { step_from_ids(ids, rows, tables); });
-      // By kernel name (in order of first launch), and the step's first kSequenceKept launches
-      // in order (the embedding and the first layers: which product is which).
-      constexpr size_t kSequenceKept = 50;
-      std::vector<std::string> order;
-      std::map<std::string, std::pair<int64_t, double>> by_name;
-      nlohmann::json sequence = nlohmann::json::array();
-      double sum_us = 0;
-      for (const auto& k : kt.kernels) {
-        auto [it, fresh] = by_name.try_emplace(k.kernel, 0, 0.0);
-        if (fresh) order.push_back(k.kernel);
-        it->second.first += 1;
-        it->second.second += k.us;
-        sum_us += k.us;
-        if (sequence.size() < kSequenceKept)
-          sequence.push_back({k.kernel, std::round(k.us * 100) / 100});
-      }
-      nlohmann::json kernels = nlohmann::json::array();
-      for (const auto& name : order)
-        kernels.push_back({{"kernel", name},
-                           {"launches", by_name[name].first},
-                           {"us", by_name[name].second},
-                           {"share", by_name[name].second / sum_us}});
+      // The embedding and the first layers' launches in order: which product is which.
+      nlohmann::json table =
+          kernel_table(cuda::time_each_kernel(b, [&] { step_from_ids(ids, rows, tables); }), 50);
       const std::string graph_key = rows_name(rows) + "_graph";
-      kernel_times[rows_name(rows)] = {
-          {"launches", kt.kernels.size()},
-          {"sum_of_kernels_ms", sum_us * 1e-3},
-          {"graph_step_ms",
-           results.contains(graph_key) ? results[graph_key]["per_step_ms"] : nlohmann::json()},
-          {"late_launches", kt.late},
-          {"empty_kernel_us", kt.empty_kernel_us},
-          {"by_kernel", kernels},
-          {"first_launches_us", sequence}};
+      table["graph_step_ms"] =
+          results.contains(graph_key) ? results[graph_key]["per_step_ms"] : nlohmann::json();
+      kernel_times[rows_name(rows)] = std::move(table);
     }
   }
 #endif

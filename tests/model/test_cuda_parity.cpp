@@ -456,25 +456,34 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
 // are not multiples of 16 bytes, tail column blocks, an activation matrix not on 16 bytes, more
 // output slots than ranks), for 1, 2, 3, 8 and 64 rows and three expert mixes (random distinct
 // experts per row, every row the same experts, rows on disjoint experts as far as they go). Version
-// 1 equals the separate calls (the test above), so version 2 does too. (Up to 2026-12-04 this test
-// was VersionTwoEqualsVersionOneBitwise.)
+// 1 equals the separate calls (the test above), so version 2 does too. Version 3 reads its
+// activations split ahead into their three bfloat16 terms (the grouping kernel's further blocks
+// split x, the gate/up product writes act split); its own layout can still split them in the
+// kernel (set_split_ahead(false), as before 2026-12-05), and the two are compared too. (Up to
+// 2026-12-04 this test was VersionTwoEqualsVersionOneBitwise.)
 TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   REQUIRE_CUDA(cuda);
 #ifdef DRAMA_WITH_CUDA
   Backend& b = *cuda;
-  // Two runs compared bitwise: (version, v3 wide rows) each. Version 3 in its own layout (wide
-  // never) and in the wide one (from one row on): one arithmetic, two layouts (moe.cu).
+  // Two runs compared bitwise: (version, v3 wide rows, v3 split ahead) each. Version 3 in its own
+  // layout (wide never) and in the wide one (from one row on): one arithmetic, two layouts
+  // (moe.cu); its own layout splitting the activations in the kernel and reading them split.
   struct Layouts {
     const char* name[2];
     int version[2];
     int64_t wide_rows[2];
+    bool ahead[2];
   };
-  const Layouts layouts[] = {{{"v1", "v2"}, {1, 2}, {0, 0}}, {{"v3", "v3 wide"}, {3, 3}, {0, 1}}};
+  const Layouts layouts[] = {{{"v1", "v2"}, {1, 2}, {0, 0}, {true, true}},
+                             {{"v3", "v3 wide"}, {3, 3}, {0, 1}, {true, true}},
+                             {{"v3 split in the kernel", "v3"}, {3, 3}, {0, 0}, {false, true}}};
   const int version_before = cuda::set_moe_experts_version(b, 2);
   const int64_t wide_before = cuda::set_wide_rows(b, 0);
-  const AtExit restore{[&b, version_before, wide_before] {
+  const bool ahead_before = cuda::set_split_ahead(b, true);
+  const AtExit restore{[&b, version_before, wide_before, ahead_before] {
     cuda::set_moe_experts_version(b, version_before);
     cuda::set_wide_rows(b, wide_before);
+    cuda::set_split_ahead(b, ahead_before);
   }};
   struct Shape {
     int64_t hidden, inter, n_stored, k, extra_slots, x_offset;
@@ -557,6 +566,7 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
           for (int which = 0; which < 2; ++which) {
             cuda::set_moe_experts_version(b, lay.version[which]);
             cuda::set_wide_rows(b, lay.wide_rows[which]);
+            cuda::set_split_ahead(b, lay.ahead[which]);
             b.upload(out->data(), zeros.data(), n * 4);
             poison(b, ws->f32(), ws_floats);  // a read of workspace the call did not write: NaN
             b.moe_experts(table.data(), n_stored, xp, rows, H,
@@ -582,9 +592,10 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
       }
     }
   }
+  EXPECT_EQ(checked, 4 * 3 * 5 * 3);  // shapes, mixes, row counts, pairs of layouts
   std::printf(
       "%d (shape, mix, rows, layouts) grouped expert calls bitwise equal: v1 and v2, v3 and v3 "
-      "wide\n",
+      "wide, v3 splitting in the kernel and ahead\n",
       checked);
 #endif
 }

@@ -411,6 +411,10 @@ bool set_tensor_linear(Backend& backend, bool on) {
   return switch_kernel(backend, on, set_tensor_linear_flag);
 }
 
+bool set_split_ahead(Backend& backend, bool on) {
+  return switch_kernel(backend, on, set_split_ahead_flag);
+}
+
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {
   CudaBackend& cuda = cuda_of(backend);
   if (g_timer.on) throw Error("time_each_kernel: already timing");
@@ -421,6 +425,7 @@ KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work
   g_timer.times.clear();
   g_timer.late = 0;
   g_timer.on = true;
+  const bool graphs = cuda.set_graphs(false);
   KernelTimes result;
   try {
     arm_timer();
@@ -439,11 +444,13 @@ KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work
     cuda.synchronize();
   } catch (...) {
     g_timer.on = false;
+    cuda.set_graphs(graphs);
     (void)cudaEventDestroy(g_timer.start);
     (void)cudaEventDestroy(g_timer.stop);
     throw;
   }
   g_timer.on = false;
+  cuda.set_graphs(graphs);
   (void)cudaEventDestroy(g_timer.start);
   (void)cudaEventDestroy(g_timer.stop);
   result.kernels = std::move(g_timer.times);

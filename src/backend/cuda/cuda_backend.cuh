@@ -25,6 +25,14 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   cudaStream_t stream() const { return stream_; }
+  // Whether run_captured captures and replays graphs (DRAMA_CUDA_GRAPHS, default on); returns the
+  // previous setting. Off, captured work runs as it comes (time_each_kernel turns it off while it
+  // times a step: a replay would launch no kernel it could time).
+  bool set_graphs(bool on) {
+    const bool before = graphs_;
+    graphs_ = on;
+    return before;
+  }
   // Device scratch of at least `bytes`, valid until the next call that asks for scratch.
   void* scratch(size_t bytes);
   // At least `n` zeroed counters that persist between calls (attention: each (row, head)'s last
@@ -47,6 +55,7 @@ class CudaBackend final : public Backend {
                   int32_t* dst) override;
 
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) override;
+  void linears(const Product* products, int64_t n, const float* x, int64_t rows) override;
   void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) override;
 
   void embed_sum(const uint16_t* table_bf16, int64_t dim, const int32_t* ids, int64_t rows,

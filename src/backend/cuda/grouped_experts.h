@@ -34,6 +34,13 @@ int set_moe_experts_version(Backend& backend, int version);
 // rows < -1.
 int64_t set_wide_rows(Backend& backend, int64_t rows);
 
+// Sets whether version 3's own layout of the grouped expert kernels reads its activations split
+// ahead into their three bfloat16 terms (true, the default) or splits them in the kernel (false:
+// the same bits, as before 2026-12-05; the wide layout always reads them split) for every CUDA
+// backend of the process. Drops `backend`'s captured graphs and returns the previous setting.
+// Throws drama::Error when `backend` is not the CUDA backend.
+bool set_split_ahead(Backend& backend, bool on);
+
 // Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when
 // it holds none for the key. Throws drama::Error when `backend` is not the CUDA backend.
 int64_t captured_graph_nodes(Backend& backend, const std::string& key);
@@ -60,10 +67,11 @@ bool set_tensor_linear(Backend& backend, bool on);
 // Throws drama::Error when `backend` is not the CUDA backend or the version is neither.
 int set_attention_version(Backend& backend, int version);
 
-// Each kernel `work` launches on `backend` (not captured; launched as it comes), timed alone with
-// device events in launch order: a spinning kernel holds the stream while the host queues the
-// next launch, so a time is that kernel's own execution, without launch latency or the gaps
-// between kernels (what a graph replay removes). `late` counts kernels the host queued only after
+// Each kernel `work` launches on `backend` (not captured: graphs are off while it runs, so work
+// under Backend::run_captured launches as it comes too), timed alone with device events in
+// launch order: a spinning kernel holds the stream while the host queues the next launch, so a
+// time is that kernel's own execution, without launch latency or the gaps between kernels (what
+// a graph replay removes). `late` counts kernels the host queued only after
 // the spin had ended (their times include the wait). Launches are named as check_launch names
 // them (matrix products with their shape). Throws drama::Error when `backend` is not the CUDA
 // backend.

@@ -16,6 +16,11 @@ namespace drama::cuda {
 
 void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
                    cudaStream_t stream);
+// Products of one input (Backend::linears) in one launch of the tensor-core kernel, each with the
+// bits of launch_linear alone. Returns false (nothing launched) unless there are 2 to 4 products,
+// all BF16 on tensor cores with one input width: the caller then makes them one by one.
+bool launch_linears(const Backend::Product* products, int64_t n, const float* x, int64_t rows,
+                    cudaStream_t stream);
 // Whether BF16 products run on tensor cores (DRAMA_CUDA_LINEAR unset or not "cores"), for every
 // CUDA backend of the process; set_tensor_linear_flag returns the previous setting.
 bool tensor_linear();

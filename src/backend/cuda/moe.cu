@@ -184,15 +184,79 @@ __device__ __forceinline__ void store_down(const MoeLayout& m, int64_t at, int64
   out[(r * out_slots + j) * hidden + o] = v;
 }
 
+// Version 3 reads its activations split ahead of the kernel, once per row instead of in every
+// block and warp: a row of n activations (n a multiple of 16) is n / 4 chunks of plane A, uint4
+// {hi(x0, x1), hi(x2, x3), mid(x0, x1), mid(x2, x3)}, then n / 4 of plane B, uint2 {lo(x0, x1),
+// lo(x2, x3)}: the three exact bfloat16 terms (mma.cuh's take_upper_halves) of inputs 4c .. 4c + 3
+// as mma's B words, 6 n bytes a row (a multiple of 16: every chunk on its load's alignment).
+__host__ __device__ inline uint4* split_a(uint32_t* base, int64_t row, int64_t n) {
+  return reinterpret_cast<uint4*>(base + row * (3 * n / 2));
+}
+__host__ __device__ inline uint2* split_b(uint32_t* base, int64_t row, int64_t n) {
+  return reinterpret_cast<uint2*>(base + row * (3 * n / 2) + n);
+}
+// Chunk v split: plane A's words returned, plane B's in b. The same operations in the same order
+// per element as the in-kernel split of version 3's wide layout, so the same terms.
+__device__ __forceinline__ uint4 split_activations(float4 v, uint2& b) {
+  uint4 a;
+  a.x = take_upper_halves(v.x, v.y);
+  a.y = take_upper_halves(v.z, v.w);
+  a.z = take_upper_halves(v.x, v.y);
+  a.w = take_upper_halves(v.z, v.w);
+  b.x = take_upper_halves(v.x, v.y);
+  b.y = take_upper_halves(v.z, v.w);
+  return a;
+}
+
+// store_act's value, written split (version 3's down product reads it so):
+// element o of chunk o / 4, its hi and mid halves in plane A, its lo half in plane B.
+__device__ __forceinline__ void store_act_split(uint32_t* acts, int64_t at, int64_t inter,
+                                                int64_t o, float gs, float us) {
+  float a = gs / (1.0f + expf(-gs)) * us;
+  uint16_t term[3];
+#pragma unroll
+  for (int t = 0; t < 3; ++t) {
+    const uint32_t u = __float_as_uint(a);
+    term[t] = static_cast<uint16_t>(u >> 16);
+    a -= __uint_as_float(u & 0xffff0000u);
+  }
+  uint16_t* plane_a = reinterpret_cast<uint16_t*>(split_a(acts, at, inter) + o / 4);
+  uint16_t* plane_b = reinterpret_cast<uint16_t*>(split_b(acts, at, inter) + o / 4);
+  plane_a[o % 4] = term[0];
+  plane_a[4 + o % 4] = term[1];
+  plane_b[o % 4] = term[2];
+}
+
 // One block: counts per stored expert in shared memory (integer atomics: the same counts in any
 // order), then warp 0 scans them (lane l owns a contiguous run of experts) into start[] and the
 // list of chosen experts, then warp 0 places the pairs 32 at a time in increasing pair order: a
 // pair's place in its expert's run is the run's fill so far plus the lanes before it in the same
 // 32 that chose the same expert (__match_any_sync). So each expert's pairs stay in increasing pair
 // order (row, then rank), as the order of a serial pass gives them.
+//
+// Blocks after the first (version 3 with the split ahead only: xs not null) split the rows of x
+// into xs as the version-3 kernels feed activations to mma (split_activations): rows x hidden / 4
+// chunks, grid-strided.
 __global__ void moe_group_kernel(const int32_t* __restrict__ expert_index, int64_t pairs,
-                                 int64_t n_stored, float* workspace) {
+                                 int64_t n_stored, float* workspace, const float* __restrict__ x,
+                                 int64_t rows, int64_t hidden, bool vec_x, uint32_t* xs) {
   pdl_entry();
+  if (blockIdx.x > 0) {
+    const int64_t per_row = hidden / 4, chunks = rows * per_row;
+    const int64_t stride = static_cast<int64_t>(gridDim.x - 1) * blockDim.x;
+    for (int64_t c = static_cast<int64_t>(blockIdx.x - 1) * blockDim.x + threadIdx.x; c < chunks;
+         c += stride) {
+      const int64_t r = c / per_row, i = c % per_row;
+      const float* p = x + r * hidden + 4 * i;
+      const float4 v =
+          vec_x ? *reinterpret_cast<const float4*>(p) : make_float4(p[0], p[1], p[2], p[3]);
+      uint2 b;
+      const uint4 a = split_activations(v, b);
+      split_a(xs, r, hidden)[i] = a;
+      split_b(xs, r, hidden)[i] = b;
+    }
+    return;
+  }
   extern __shared__ int32_t count[];  // [n_stored + 1]: counts, then each run's fill
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) count[s] = 0;
@@ -593,11 +657,16 @@ __device__ __forceinline__ void v3_weights(const uint8_t* codes, const uint8_t* 
 // then fit one wave of the H200's 132 SMs. On the H200 (2026-12-04 18:43, against 18:27) the
 // graphed step took 4.853 ms at one row against 5.007 and 29.43 at 64 rows against 32.67, the same
 // bits (results/decode-h200-1843.json).
-template <int NW>
+//
+// Ahead (the default): the activations come split (xs, acts: split_a); otherwise (set_split_ahead
+// false, for the test that the split ahead changes no bit) the kernel reads them as floats (x,
+// act) and splits them itself, as before 2026-12-05.
+template <int NW, bool Ahead>
 __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
-                        int64_t inter, const float* __restrict__ x, int64_t pairs, int64_t k,
-                        int64_t out_slots, int64_t groups_per_slice, bool vec_x, float* workspace,
+                        int64_t inter, const float* __restrict__ x, bool vec_x,
+                        uint32_t* __restrict__ xs, int64_t pairs, int64_t k, int64_t out_slots,
+                        int64_t groups_per_slice, uint32_t* __restrict__ acts, float* workspace,
                         float* __restrict__ out) {
   pdl_entry();
   __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
@@ -629,14 +698,19 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     }
   }
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
-    // B column g: pair p0 + i0 + g (its x row, or its act row for down).
+    // B column g: pair p0 + i0 + g (its x row split, or its act row split for down).
     const bool has_row = i0 + g < n;
+    const uint4* row_a = nullptr;
+    const uint2* row_b = nullptr;
     const float* xrow = nullptr;
     if (has_row) {
-      if constexpr (NW == 2)
-        xrow = x + (m.order[p0 + i0 + g] / k) * hidden;
-      else
-        xrow = m.act + (p0 + i0 + g) * inter;
+      const int64_t row = NW == 2 ? m.order[p0 + i0 + g] / k : p0 + i0 + g;
+      if constexpr (Ahead) {
+        row_a = split_a(NW == 2 ? xs : acts, row, in);
+        row_b = split_b(NW == 2 ? xs : acts, row, in);
+      } else {
+        xrow = NW == 2 ? x + row * hidden : m.act + row * inter;
+      }
     }
     float acc[NW][4], acc_low[NW][4];
 #pragma unroll
@@ -651,37 +725,44 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           v3_weights(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
-      float4 v[8];
+          // The activation terms, split ahead (chunk kb / 4 + s of the row), four steps at a time
+          // (all eight at once spill: 324 bytes for gate/up, 68 for down, sm_90a).
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        const int64_t kk = kb + 4 * s;
-        if (!has_row || kk >= in) {
-          v[s] = make_float4(0.f, 0.f, 0.f, 0.f);
-        } else if (vec_x) {
-          v[s] = *reinterpret_cast<const float4*>(xrow + kk);
-        } else {
-          v[s] = make_float4(xrow[kk], xrow[kk + 1], xrow[kk + 2], xrow[kk + 3]);
+      for (int half = 0; half < 2; ++half) {
+        uint4 va[4];
+        uint2 vb[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int64_t kk = kb + 4 * (4 * half + u);
+          if (!has_row || kk >= in) {
+            va[u] = make_uint4(0, 0, 0, 0);
+            vb[u] = make_uint2(0, 0);
+          } else if constexpr (Ahead) {
+            va[u] = row_a[kk / 4];
+            vb[u] = row_b[kk / 4];
+          } else {
+            const float4 v = vec_x
+                                 ? *reinterpret_cast<const float4*>(xrow + kk)
+                                 : make_float4(xrow[kk], xrow[kk + 1], xrow[kk + 2], xrow[kk + 3]);
+            va[u] = split_activations(v, vb[u]);
+          }
         }
-      }
 #pragma unroll
-      // Every lane runs all 8 steps (mma.sync needs the whole warp): inputs past `in` are zero
-      // codes and zero activations, which add exact zeros.
-      for (int s = 0; s < 8; ++s) {
-        uint32_t b[3][2];
+        // Every lane runs all 8 steps (mma.sync needs the whole warp): inputs past `in` are zero
+        // codes and zero activations, which add exact zeros.
+        for (int u = 0; u < 4; ++u) {
+          const int s = 4 * half + u;
+          const uint32_t b[3][2] = {{va[u].x, va[u].y}, {va[u].z, va[u].w}, {vb[u].x, vb[u].y}};
 #pragma unroll
-        for (int term = 0; term < 3; ++term) {
-          b[term][0] = take_upper_halves(v[s].x, v[s].y);
-          b[term][1] = take_upper_halves(v[s].z, v[s].w);
-        }
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-          // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
-          uint32_t a[4];
-          e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), sc[w][0][s / 4], a[0], a[2]);
-          e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), sc[w][1][s / 4], a[1], a[3]);
-          mma_bf16(acc_low[w], a, b[2][0], b[2][1]);
-          mma_bf16(acc_low[w], a, b[1][0], b[1][1]);
-          mma_bf16(acc[w], a, b[0][0], b[0][1]);
+          for (int w = 0; w < NW; ++w) {
+            // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
+            uint32_t a[4];
+            e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), sc[w][0][s / 4], a[0], a[2]);
+            e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), sc[w][1][s / 4], a[1], a[3]);
+            mma_bf16(acc_low[w], a, b[2][0], b[2][1]);
+            mma_bf16(acc_low[w], a, b[1][0], b[1][1]);
+            mma_bf16(acc[w], a, b[0][0], b[0][1]);
+          }
         }
       }
     }
@@ -704,7 +785,9 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
         sum[w] = partial[0][w][rr][c];
         for (int sl = 1; sl < slices; ++sl) sum[w] += partial[sl][w][rr][c];
       }
-      if constexpr (NW == 2)
+      if constexpr (NW == 2 && Ahead)
+        store_act_split(acts, p0 + i0 + rr, inter, o, sum[0] * e.scale2[0], sum[1] * e.scale2[1]);
+      else if constexpr (NW == 2)
         store_act(m, p0 + i0 + rr, inter, o, sum[0] * e.scale2[0], sum[1] * e.scale2[1]);
       else
         store_down(m, p0 + i0 + rr, k, out_slots, hidden, o, sum[0] * e.scale2[2], out);
@@ -732,8 +815,15 @@ constexpr int kWideCols = 16 * kWideWarps;
 constexpr int kWideTiles = 2;  // pair tiles of 8 per pass
 constexpr int kWidePairs = 8 * kWideTiles;
 constexpr int kWideStages = 3;
-constexpr int kWideLaneRun = 36;                // floats per staged run of 32 inputs (4 pad)
-constexpr int kWideXStride = 4 * kWideLaneRun;  // floats per staged pair of a group
+// The pass's activations arrive split (split_a); a stage holds a group's plane-A words laid out
+// as the floats were before (16 bytes for 4 inputs: runs of 8 chunks padded to 144 bytes, so the
+// four t lanes of a quarter warp read distinct banks) and its plane-B words beside them (8 bytes
+// for 4 inputs, runs padded to 72 bytes: the 16 lanes of a half warp's 8-byte reads, 4 pairs x 4
+// runs, land on 16 distinct 8-byte slots of the 128).
+constexpr int kWideLaneRun = 36;                // plane-A words per staged run of 32 inputs (4 pad)
+constexpr int kWideXStride = 4 * kWideLaneRun;  // plane-A words per staged pair of a group
+constexpr int kWideLaneRunB = 18;               // plane-B words per run (2 pad)
+constexpr int kWideXStrideB = 4 * kWideLaneRunB;  // plane-B words per staged pair of a group
 
 // DRAMA_CUDA_WIDE_ROWS: unset or empty, the wide layout where the experts average at least 12
 // pairs (rows x k >= 12 x n_stored: from 192 rows at bench-30b-a3b's 128 experts, top 8; on the
@@ -745,23 +835,28 @@ std::atomic<int64_t> g_wide_rows{[] {
   return v && *v ? std::atoll(v) : int64_t{-1};
 }()};
 
+// Whether version 3's own layout reads its activations split ahead (the default; false only for
+// the test that the split ahead changes no bit: set_split_ahead).
+std::atomic<bool> g_split_ahead{true};
+
 bool wide_layout(int64_t rows, int64_t k, int64_t n_stored) {
   const int64_t w = g_wide_rows.load(std::memory_order_relaxed);
   return w < 0 ? rows * k >= 12 * n_stored : w > 0 && rows >= w;
 }
 
 // Bytes of one stage: codes [NW][kWideCols][64], block scales [NW][kWideCols][8], activations
-// [kWidePairs][kWideXStride] floats.
+// [kWidePairs][kWideXStride] plane-A words and [kWidePairs][kWideXStrideB] plane-B words.
 __host__ __device__ constexpr int64_t wide_stage_bytes(int nw) {
-  return nw * kWideCols * (64 + 8) + kWidePairs * kWideXStride * 4;
+  return nw * kWideCols * (64 + 8) + kWidePairs * (kWideXStride + kWideXStrideB) * 4;
 }
 
 template <int NW>
 __global__ void __launch_bounds__(32 * kWideWarps, 2)
     moe_nvfp4_v3_wide_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
-                             int64_t hidden, int64_t inter, const float* __restrict__ x,
+                             int64_t hidden, int64_t inter, uint32_t* __restrict__ xs,
                              int64_t pairs, int64_t k, int64_t out_slots, int64_t groups_per_slice,
-                             bool vec_x, float* workspace, float* __restrict__ out) {
+                             uint32_t* __restrict__ acts, float* workspace,
+                             float* __restrict__ out) {
   pdl_entry();
   extern __shared__ __align__(16) uint8_t smem[];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
@@ -784,18 +879,19 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     codes8 = codes8 && reinterpret_cast<uintptr_t>(e.data[first[w]]) % 8 == 0;
     scales8 = scales8 && reinterpret_cast<uintptr_t>(e.scales[first[w]]) % 8 == 0;
   }
-  auto pair_row = [&](int64_t i) -> const float* {
-    if constexpr (NW == 2)
-      return x + (m.order[p0 + i] / k) * hidden;
-    else
-      return m.act + (p0 + i) * inter;
+  // Pair i's activations, split (x's row for gate/up, act's for down).
+  auto pair_split = [&](int64_t i, const uint4*& a, const uint2*& b) {
+    const int64_t row = NW == 2 ? m.order[p0 + i] / k : p0 + i;
+    a = split_a(NW == 2 ? xs : acts, row, in);
+    b = split_b(NW == 2 ? xs : acts, row, in);
   };
   // Chunk c (pass c / groups, group c % groups) into stage `st`: what lies past `in`, past the
   // columns or past the expert's pairs is zeros, as version 3 reads it.
   auto load = [&](int64_t c, int st) {
     uint8_t* sc = smem + st * stage_bytes;
     uint8_t* ss = sc + NW * kWideCols * 64;
-    float* sx = reinterpret_cast<float*>(ss + NW * kWideCols * 8);
+    uint32_t* sxa = reinterpret_cast<uint32_t*>(ss + NW * kWideCols * 8);
+    uint32_t* sxb = sxa + kWidePairs * kWideXStride;
     const int64_t i0 = (c / groups) * kWidePairs, q = c % groups, k0 = 128 * q;
     const int64_t len = in - k0 < 128 ? in - k0 : 128;  // a multiple of 16
 #pragma unroll
@@ -832,16 +928,18 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       }
     }
     for (int i = threadIdx.x; i < kWidePairs * 32; i += blockDim.x) {
-      const int pr = i / 32, j = i % 32;  // inputs 4 j .. 4 j + 3 of the group
-      float* d = sx + pr * kWideXStride + (j / 8) * kWideLaneRun + (j % 8) * 4;
+      const int pr = i / 32, j = i % 32;  // inputs 4 j .. 4 j + 3 of the group: chunk k0 / 4 + j
+      uint32_t* da = sxa + pr * kWideXStride + (j / 8) * kWideLaneRun + (j % 8) * 4;
+      uint32_t* db = sxb + pr * kWideXStrideB + (j / 8) * kWideLaneRunB + (j % 8) * 2;
       if (i0 + pr < n && 4 * j < len) {
-        const float* s = pair_row(i0 + pr) + k0 + 4 * j;
-        if (vec_x)
-          cp_async16(d, s);
-        else
-          for (int v = 0; v < 4; ++v) d[v] = s[v];
+        const uint4* a;
+        const uint2* b;
+        pair_split(i0 + pr, a, b);
+        cp_async16(da, a + k0 / 4 + j);
+        cp_async8(db, b + k0 / 4 + j);
       } else {
-        *reinterpret_cast<float4*>(d) = make_float4(0.f, 0.f, 0.f, 0.f);
+        *reinterpret_cast<uint4*>(da) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint2*>(db) = make_uint2(0, 0);
       }
     }
   };
@@ -859,7 +957,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     cp_async_commit();
     const uint8_t* sc = smem + (c % kWideStages) * stage_bytes;
     const uint8_t* ss = sc + NW * kWideCols * 64;
-    const float* sx = reinterpret_cast<const float*>(ss + NW * kWideCols * 8);
+    const uint32_t* sxa = reinterpret_cast<const uint32_t*>(ss + NW * kWideCols * 8);
+    const uint32_t* sxb = sxa + kWidePairs * kWideXStride;
     // Tiles past the expert's pairs (the last pass's) are skipped: their outputs are never stored.
     const int64_t live_pairs = n - (c / groups) * kWidePairs;
     if (q % groups_per_slice == 0) {  // a slice starts from zero
@@ -898,14 +997,11 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
 #pragma unroll
       for (int tt = 0; tt < kWideTiles; ++tt) {
         if (8 * tt >= live_pairs) break;
-        float4 v = *reinterpret_cast<const float4*>(sx + (8 * tt + g) * kWideXStride +
-                                                    t * kWideLaneRun + 4 * s);
-        uint32_t b[3][2];
-#pragma unroll
-        for (int term = 0; term < 3; ++term) {
-          b[term][0] = take_upper_halves(v.x, v.y);
-          b[term][1] = take_upper_halves(v.z, v.w);
-        }
+        const uint4 va = *reinterpret_cast<const uint4*>(sxa + (8 * tt + g) * kWideXStride +
+                                                         t * kWideLaneRun + 4 * s);
+        const uint2 vb = *reinterpret_cast<const uint2*>(sxb + (8 * tt + g) * kWideXStrideB +
+                                                         t * kWideLaneRunB + 2 * s);
+        const uint32_t b[3][2] = {{va.x, va.y}, {va.z, va.w}, {vb.x, vb.y}};
 #pragma unroll
         for (int w = 0; w < NW; ++w) {
           mma_bf16(acc_low[tt][w], a[w], b[2][0], b[2][1]);
@@ -937,8 +1033,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
           const int64_t o = o0 + warp * 16 + g + 8 * (v >> 1);
           if (i >= n || o >= columns) continue;
           if constexpr (NW == 2)
-            store_act(m, p0 + i, inter, o, total[tt][0][v] * e.scale2[0],
-                      total[tt][1][v] * e.scale2[1]);
+            store_act_split(acts, p0 + i, inter, o, total[tt][0][v] * e.scale2[0],
+                            total[tt][1][v] * e.scale2[1]);
           else
             store_down(m, p0 + i, k, out_slots, hidden, o, total[tt][0][v] * e.scale2[2], out);
         }
@@ -971,6 +1067,10 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
   check_launch("expert_combine");
 }
 
+bool set_split_ahead_flag(bool on) {
+  return g_split_ahead.exchange(on, std::memory_order_relaxed);
+}
+
 int64_t set_wide_rows_flag(int64_t rows) {
   if (rows < -1)
     throw Error("wide rows " + std::to_string(rows) + ": -1 (by pairs an expert), 0 or more");
@@ -987,10 +1087,32 @@ void check_wide_environment() {
                 ": a row count (0: never the wide layout; unset: by pairs an expert)");
 }
 
-int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
-  const int64_t pairs = rows * k;
+namespace {
+
+// The grouping's words and act (moe_layout), then, from the next 16 bytes, version 3's own
+// layout's split activations (split_a): act's [pairs, inter] rows, then x's [rows, hidden].
+int64_t act_end_floats(int64_t pairs, int64_t inter, int64_t n_stored) {
   // act rows start on 16 bytes (the down product's float4 loads): round the int words up to 4.
   return (pairs + 2 * n_stored + 2 + 3) / 4 * 4 + pairs * inter;
+}
+struct SplitAreas {
+  uint32_t* acts;
+  uint32_t* xs;
+};
+SplitAreas split_areas(float* workspace, int64_t rows, int64_t k, int64_t inter, int64_t n_stored) {
+  const int64_t pairs = rows * k;
+  const uintptr_t end =
+      reinterpret_cast<uintptr_t>(workspace + act_end_floats(pairs, inter, n_stored));
+  uint32_t* acts = reinterpret_cast<uint32_t*>((end + 15) / 16 * 16);
+  return {acts, acts + 3 * pairs * inter / 2};
+}
+
+}  // namespace
+
+int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter,
+                          int64_t n_stored) {
+  const int64_t pairs = rows * k;
+  return act_end_floats(pairs, inter, n_stored) + 4 + 3 * pairs * inter / 2 + 3 * rows * hidden / 2;
 }
 
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
@@ -999,16 +1121,27 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
                         float* workspace, cudaStream_t stream, int version) {
   const int64_t pairs = rows * k;
   if (pairs <= 0) return;
-  launch(moe_group_kernel, 1, 256, static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream,
-         expert_index, pairs, n_stored, workspace);
+  const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
+  const bool v3 =
+      version == 3 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0;
+  const bool wide = v3 && wide_layout(rows, k, n_stored);
+  // Version 3 reads its activations split (its own layout unless set_split_ahead(false), the wide
+  // one always): the grouping's further blocks split x (moe_group_kernel).
+  const bool ahead = v3 && (wide || g_split_ahead.load(std::memory_order_relaxed));
+  const SplitAreas split = split_areas(workspace, rows, k, inter, n_stored);
+  const int64_t split_chunks = ahead ? rows * (hidden / 4) : 0;
+  const unsigned split_blocks =
+      static_cast<unsigned>(std::min<int64_t>((split_chunks + 255) / 256, 128));
+  launch(moe_group_kernel, 1 + split_blocks, 256,
+         static_cast<size_t>(n_stored + 1) * sizeof(int32_t), stream, expert_index, pairs, n_stored,
+         workspace, x, rows, hidden, vec_x, split_chunks ? split.xs : nullptr);
   check_launch("moe_experts grouping");
   const unsigned slots = static_cast<unsigned>(pairs < n_stored ? pairs : n_stored);
   const unsigned threads = 32 * kExpertWarps;
-  const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && hidden % 4 == 0;
   const bool vec_act = reinterpret_cast<uintptr_t>(workspace) % 16 == 0 && inter % 4 == 0;
-  if (version == 3 && format == WeightFormat::NVFP4 && hidden % 16 == 0 && inter % 16 == 0) {
+  if (v3) {
     const V3Split up = v3_split(hidden), down = v3_split(inter);
-    if (wide_layout(rows, k, n_stored)) {
+    if (wide) {
       static std::atomic<int64_t> up_allowed{0}, down_allowed{0};
       auto* up_kernel = moe_nvfp4_v3_wide_kernel<2>;
       auto* down_kernel = moe_nvfp4_v3_wide_kernel<1>;
@@ -1017,22 +1150,24 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
       allow_shared(up_kernel, up_bytes, up_allowed, "moe_experts v3 wide gate/up");
       allow_shared(down_kernel, down_bytes, down_allowed, "moe_experts v3 wide down");
       launch(up_kernel, dim3(slots, blocks_for(inter, kWideCols)), 32 * kWideWarps,
-             static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, x, pairs, k,
-             out_slots, up.groups_per_slice, vec_x, workspace, out);
+             static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, split.xs,
+             pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
       check_launch("moe_experts gate/up (v3 wide)");
       launch(down_kernel, dim3(slots, blocks_for(hidden, kWideCols)), 32 * kWideWarps,
-             static_cast<size_t>(down_bytes), stream, experts, n_stored, hidden, inter, x, pairs, k,
-             out_slots, down.groups_per_slice, vec_act, workspace, out);
+             static_cast<size_t>(down_bytes), stream, experts, n_stored, hidden, inter, split.xs,
+             pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
       check_launch("moe_experts down (v3 wide)");
       return;
     }
-    launch(moe_nvfp4_v3_kernel<2>, dim3(slots, blocks_for(inter, kV3Cols)), 32 * up.slices, 0,
-           stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, up.groups_per_slice,
-           vec_x, workspace, out);
+    const dim3 up_grid(slots, blocks_for(inter, kV3Cols)),
+        down_grid(slots, blocks_for(hidden, kV3Cols));
+    launch(ahead ? moe_nvfp4_v3_kernel<2, true> : moe_nvfp4_v3_kernel<2, false>, up_grid,
+           32 * up.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_x, split.xs, pairs,
+           k, out_slots, up.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts gate/up (v3)");
-    launch(moe_nvfp4_v3_kernel<1>, dim3(slots, blocks_for(hidden, kV3Cols)), 32 * down.slices, 0,
-           stream, experts, n_stored, hidden, inter, x, pairs, k, out_slots, down.groups_per_slice,
-           vec_act, workspace, out);
+    launch(ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>, down_grid,
+           32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act, split.xs,
+           pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts down (v3)");
     return;
   }
@@ -1145,7 +1280,7 @@ void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, co
   prepare_experts(experts, n_stored);
   const std::unique_ptr<DeviceBuffer>& table =
       expert_tables_.at({experts, experts[0].gate.data}).device;
-  if (moe_layout_floats(rows, k, inter, n_stored) >
+  if (moe_layout_floats(rows, k, hidden, inter, n_stored) >
       Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
     throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
   launch_moe_experts(static_cast<const DeviceExpert*>(table->data()), format, n_stored, hidden,

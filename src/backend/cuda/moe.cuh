@@ -39,9 +39,13 @@ struct DeviceExpert {
 // expert (the default), 0 never the wide layout, N > 0 the wide layout from N rows on
 // (set_wide_rows in grouped_experts.h drops the graphs too).
 int64_t set_wide_rows_flag(int64_t rows);
+// Sets whether version 3's own layout reads its activations split ahead (true, the default) or
+// splits them in the kernel as before (the same bits); returns the previous setting.
+bool set_split_ahead_flag(bool on);
 // Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count.
 void check_wide_environment();
-int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t inter, int64_t n_stored);
+// Device floats launch_moe_experts uses of its workspace (at most Backend::moe_workspace_floats).
+int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter, int64_t n_stored);
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
