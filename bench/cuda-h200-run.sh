@@ -19,8 +19,10 @@
 # DRAMA_LANES_ATTENTION_V1 and DRAMA_LANES_V3 the same with DRAMA_CUDA_ATTENTION=v1 and
 # DRAMA_CUDA_EXPERTS=v3; DRAMA_LANES_BASELINE with bundle/drama-baseline (the code before a change);
 # DRAMA_LANES_V3_NARROW with v3 in its own layout only (DRAMA_CUDA_WIDE_ROWS=0). DRAMA_BENCH_EXPERTS (versions, e.g. "v3"): the decode bench again with each
-# as the default grouped expert kernel (decode-experts-V-h200.json). DRAMA_NCU_VERSIONS: the expert
+# as the default grouped expert kernel (decode-experts-V-$card.json). DRAMA_NCU_VERSIONS: the expert
 # kernel versions Nsight Compute profiles at one row (default "v1 v2").
+# Receipts are named with the card nvidia-smi names (decode-h200.json on an H200, decode-h100.json on
+# an H100), and every one gets the machine facts (date, card, driver, clocks) at the end.
 # At the end the receipts lose their absolute paths (strip-paths.py) and go into OUT/receipts.tar
 # beside log.txt: the device tool returns at most 8 files, and this run writes 9 receipts.
 set -u
@@ -34,6 +36,11 @@ export DRAMA_CACHE=$tmp/cache DRAMA_LOCK_DIR=$tmp/locks
 section() { echo; echo "== $1 ($(date -u +%H:%M:%S))"; }
 sections=${DRAMA_RUN_SECTIONS:-experts contract parity bench baseline lanes torch ncu http say e2e codec threads health}
 want() { [[ " $sections " == *" $1 "* ]]; }
+# The receipts are named with the card (results/ names receipts by card: h200, h100, ...), as
+# nvidia-smi names it; "gpu" when it names none of the kind.
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h[0-9]{3}' |
+  tr '[:upper:]' '[:lower:]')
+card=${card:-gpu}
 # The cpu-bench checkpoint (configs/cpu-bench.json, random weights) in $ck, made once per run:
 # 1.8 GB, too big to carry.
 ck=$tmp/cpu-bench-seed1-nvfp4
@@ -55,32 +62,32 @@ cpu_bench_checkpoint() {
   for i in 1 2 3; do
     DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-$i timeout 200 \
       "$here/bundle/model_test_cuda_parity" --gtest_filter='CudaGroupedExperts.*' \
-      --gtest_output=json:"$out/experts-v1-v2-h200-$i.json" | tail -3
+      --gtest_output=json:"$out/experts-v1-v2-$card-$i.json" | tail -3
     echo "experts v1/v2 run $i exit ${PIPESTATUS[0]}"
   done
   fi
   if want contract; then
   section "contract --backend cuda"
-  timeout 400 "$drama" contract --backend cuda --json "$out/contract-h200.json"
+  timeout 400 "$drama" contract --backend cuda --json "$out/contract-$card.json"
   echo "contract exit $?"
   section "contract --backend cuda, attention v1 (DRAMA_CUDA_ATTENTION=v1)"
-  DRAMA_CUDA_ATTENTION=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-attention-v1-h200.json" | tail -3
+  DRAMA_CUDA_ATTENTION=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-attention-v1-$card.json" | tail -3
   echo "contract attention v1 exit ${PIPESTATUS[0]}"
   for v in ${DRAMA_ALT_EXPERTS:-v1}; do
   section "contract --backend cuda, grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
-  DRAMA_CUDA_EXPERTS=$v timeout 400 "$drama" contract --backend cuda --json "$out/contract-$v-h200.json" | tail -3
+  DRAMA_CUDA_EXPERTS=$v timeout 400 "$drama" contract --backend cuda --json "$out/contract-$v-$card.json" | tail -3
   echo "contract $v exit ${PIPESTATUS[0]}"
   done
   fi
   if want parity; then
   section "parity tests (CUDA vs CPU)"
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
-    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-h200.json"
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-$card.json"
   echo "parity exit $?"
   for v in ${DRAMA_ALT_EXPERTS:-v1}; do
   section "parity tests (CUDA vs CPU), grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
   DRAMA_CUDA_EXPERTS=$v DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-$v timeout 300 \
-    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-$v-h200.json"
+    "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-$v-$card.json"
   echo "parity $v exit $?"
   done
   fi
@@ -139,11 +146,11 @@ for case in ("rows64", "rows128", "rows192", "rows256", "rows512"):
               "(v2 %.1f us)" % c["us_per_layer"] if c else "")
 PY
   }
-  bench_decode decode-h200.json
+  bench_decode decode-$card.json
   # The same bench with another grouped expert kernel as the default (DRAMA_BENCH_EXPERTS="v3").
   for v in ${DRAMA_BENCH_EXPERTS:-}; do
     section "bench decode, grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
-    bench_decode "decode-experts-$v-h200.json" DRAMA_CUDA_EXPERTS=$v
+    bench_decode "decode-experts-$v-$card.json" DRAMA_CUDA_EXPERTS=$v
   done
   fi
   if want baseline; then
@@ -151,9 +158,9 @@ PY
   if [ -x "$here/bundle/drama-baseline" ]; then
     timeout 300 "$here/bundle/drama-baseline" bench decode --backend cuda \
       --synthetic "$here/configs/bench-30b-a3b.json" --frames 10 --repeats 5 \
-      --step-rows ${DRAMA_STEP_ROWS:-8,32,64} --json "$out/decode-baseline-h200.json" >/dev/null
+      --step-rows ${DRAMA_STEP_ROWS:-8,32,64} --json "$out/decode-baseline-$card.json" >/dev/null
     echo "baseline bench exit $?"
-    python3 - "$out/decode-baseline-h200.json" "$out/decode-h200.json" <<'PY' || true
+    python3 - "$out/decode-baseline-$card.json" "$out/decode-$card.json" <<'PY' || true
 import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 for k, v in a["backbone_step"].items():
@@ -182,37 +189,37 @@ PY
       --context 256 --prefill-chunk 4096 --frames 8 --repeats ${DRAMA_LANES_REPEATS:-2} \
       --json "$out/$json" >/dev/null
   }
-  lanes_search 420 "${DRAMA_LANES:-1,16,32,48,64,96,128,192,256,384}" lanes-h200.json
+  lanes_search 420 "${DRAMA_LANES:-1,16,32,48,64,96,128,192,256,384}" lanes-$card.json
   echo "lanes exit $?"
   # Side by side in this call: the CUDA-core grouped expert kernels (v2) and the BF16 products on
   # CUDA cores (the kernel before tensor cores), at the lane counts given.
   if [ -n "${DRAMA_LANES_V2:-}" ]; then
-    lanes_search 300 "$DRAMA_LANES_V2" lanes-v2-h200.json DRAMA_CUDA_EXPERTS=v2
+    lanes_search 300 "$DRAMA_LANES_V2" lanes-v2-$card.json DRAMA_CUDA_EXPERTS=v2
     echo "lanes (experts v2) exit $?"
   fi
   if [ -n "${DRAMA_LANES_ATTENTION_V1:-}" ]; then
-    lanes_search 300 "$DRAMA_LANES_ATTENTION_V1" lanes-attention-v1-h200.json DRAMA_CUDA_ATTENTION=v1
+    lanes_search 300 "$DRAMA_LANES_ATTENTION_V1" lanes-attention-v1-$card.json DRAMA_CUDA_ATTENTION=v1
     echo "lanes (attention v1) exit $?"
   fi
   if [ -n "${DRAMA_LANES_BASELINE:-}" ] && [ -x "$here/bundle/drama-baseline" ]; then
-    lanes_bin=$here/bundle/drama-baseline lanes_search 300 "$DRAMA_LANES_BASELINE" lanes-baseline-h200.json
+    lanes_bin=$here/bundle/drama-baseline lanes_search 300 "$DRAMA_LANES_BASELINE" lanes-baseline-$card.json
     echo "lanes (baseline binary) exit $?"
   fi
   if [ -n "${DRAMA_LANES_V3:-}" ]; then
-    lanes_search 300 "$DRAMA_LANES_V3" lanes-v3-h200.json DRAMA_CUDA_EXPERTS=v3
+    lanes_search 300 "$DRAMA_LANES_V3" lanes-v3-$card.json DRAMA_CUDA_EXPERTS=v3
     echo "lanes (experts v3) exit $?"
   fi
   # v3 without its wide layout (DRAMA_CUDA_WIDE_ROWS=0: the kernel before it, the same bits).
   if [ -n "${DRAMA_LANES_V3_NARROW:-}" ]; then
-    lanes_search 300 "$DRAMA_LANES_V3_NARROW" lanes-v3-narrow-h200.json DRAMA_CUDA_EXPERTS=v3 \
+    lanes_search 300 "$DRAMA_LANES_V3_NARROW" lanes-v3-narrow-$card.json DRAMA_CUDA_EXPERTS=v3 \
       DRAMA_CUDA_WIDE_ROWS=0
     echo "lanes (experts v3, wide layout off) exit $?"
   fi
   if [ -n "${DRAMA_LANES_CORES:-}" ]; then
-    lanes_search 300 "$DRAMA_LANES_CORES" lanes-cores-h200.json DRAMA_CUDA_LINEAR=cores
+    lanes_search 300 "$DRAMA_LANES_CORES" lanes-cores-$card.json DRAMA_CUDA_LINEAR=cores
     echo "lanes (CUDA-core BF16 products) exit $?"
   fi
-  for lanes_json in "$out"/lanes-*h200.json; do
+  for lanes_json in "$out"/lanes-*$card.json; do
   [ -f "$lanes_json" ] || continue
   echo "$(basename "$lanes_json"):"
   python3 - "$lanes_json" <<'PY' || true
@@ -245,10 +252,10 @@ PY
   if want torch; then
   section "PyTorch baselines (transformers eager BF16, plain PyTorch in a CUDA graph), same geometry"
   timeout 420 python3 "$here/torch_baselines.py" --config "$here/configs/bench-30b-a3b.json" \
-    --json "$out/torch-baselines-h200.json" 2>&1 | tail -8
+    --json "$out/torch-baselines-$card.json" 2>&1 | tail -8
   echo "torch exit ${PIPESTATUS[0]}"
-  # Side by side with this run's drama step (decode-h200.json): each baseline over drama.
-  python3 - "$out/decode-h200.json" "$out/torch-baselines-h200.json" "$out/decode-vs-torch-h200.json" <<'PY' || true
+  # Side by side with this run's drama step (decode-$card.json): each baseline over drama.
+  python3 - "$out/decode-$card.json" "$out/torch-baselines-$card.json" "$out/decode-vs-torch-$card.json" <<'PY' || true
 import json, sys
 d, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 steps = d["backbone_step"]
@@ -265,8 +272,8 @@ json.dump({"bench": "decode-vs-torch", "config": t["config"], "device": t["devic
            "drama": {"batch1_graph_ms": drama[1], "paired_batch2_graph_ms": drama[2],
                      "copy_gb_s": d["ceiling"]["copy_gb_s"]},
            "torch": {"version": t["torch"], "copy_gb_s": t["copy_gb_s"]}, "runs": rows,
-           "note": "one device call: drama's graphed backbone step (decode-h200.json) and the "
-                   "PyTorch baselines (torch-baselines-h200.json), each beside its copy "
+           "note": "one device call: drama's graphed backbone step (decode-CARD.json) and the "
+                   "PyTorch baselines (torch-baselines-CARD.json), each beside its copy "
                    "bandwidth measured in the same process"},
           open(sys.argv[3], "w"), indent=1)
 PY
@@ -298,34 +305,12 @@ PY
     echo "no ncu"
   fi
   fi
-  section "machine facts into the receipts"
-  python3 - "$out" <<'PY' || true
-import json, subprocess, sys, datetime, os
-q = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit"
-vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"],
-                      capture_output=True, text=True).stdout.strip().split(", ")
-machine = dict(zip(q.split(","), vals))
-machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
-for name in ("contract-h200.json", "contract-v1-h200.json", "contract-v2-h200.json",
-             "contract-v3-h200.json", "decode-h200.json", "lanes-h200.json", "lanes-v2-h200.json",
-             "lanes-cores-h200.json", "lanes-attention-v1-h200.json", "lanes-v3-h200.json",
-             "decode-baseline-h200.json", "contract-attention-v1-h200.json",
-             "lanes-baseline-h200.json",
-             "decode-vs-torch-h200.json"):
-    path = os.path.join(sys.argv[1], name)
-    if os.path.exists(path):
-        j = json.load(open(path))
-        j["machine"] = machine
-        json.dump(j, open(path, "w"), indent=2)
-print(machine)
-PY
   if want http; then
   section "HTTP suite against drama serve --backend cuda (tiny checkpoint)"
   for t in server_test_serve_e2e server_test_serve_lanes; do
     if [ -x "$here/bundle/$t" ]; then
       DRAMA_SERVER_BACKEND=cuda DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/$t \
-        timeout 240 "$here/bundle/$t" --gtest_output=json:"$out/$t-h200.json"
+        timeout 240 "$here/bundle/$t" --gtest_output=json:"$out/$t-$card.json"
       echo "$t exit $?"
     else
       echo "$t not bundled"
@@ -342,13 +327,13 @@ PY
   # maximum duration.
   cpu_bench_checkpoint
   timeout 240 python3 "$here/server_latency.py" --drama "$drama" --checkpoint "$ck" --frames 125 \
-    --backend cuda --json "$out/latency-cpu-bench-h200.json" | tail -22
+    --backend cuda --json "$out/latency-cpu-bench-$card.json" | tail -22
   echo "latency cpu-bench exit ${PIPESTATUS[0]}"
   mini=$here/models/drama-mini
   [ -d "$mini" ] || mini=$here/../../models/drama-mini
   if [ -d "$mini" ]; then
     timeout 240 python3 "$here/server_latency.py" --drama "$drama" --checkpoint "$mini" \
-      --frames 125 --backend cuda --json "$out/latency-drama-mini-h200.json" | tail -22
+      --frames 125 --backend cuda --json "$out/latency-drama-mini-$card.json" | tail -22
     echo "latency drama-mini exit ${PIPESTATUS[0]}"
   fi
   fi
@@ -356,14 +341,14 @@ PY
   section "codec in shared passes on CUDA (bench codec --streams; each stream checked against it alone)"
   # The real Mimi geometry (random codec), then the bundled drama-mini's codec.
   timeout 120 "$drama" bench codec --backend cuda --frames 50 --streams 1,2,8,32,64 \
-    --json "$out/codec-passes-mimi-h200.json" | grep -A40 shared_passes | head -45
+    --json "$out/codec-passes-mimi-$card.json" | grep -A40 shared_passes | head -45
   echo "codec passes mimi exit ${PIPESTATUS[0]}"
   mini=$here/models/drama-mini
   [ -d "$mini" ] || mini=$here/../../models/drama-mini
   if [ -d "$mini" ]; then
     DRAMA_MODELS_DIR=$(dirname "$mini") timeout 120 "$drama" bench codec --backend cuda \
       --weights drama-mini --frames 100 --streams 1,2,8,32,64 \
-      --json "$out/codec-passes-h200.json" | grep -A40 shared_passes | head -45
+      --json "$out/codec-passes-$card.json" | grep -A40 shared_passes | head -45
     echo "codec passes drama-mini exit ${PIPESTATUS[0]}"
   fi
   fi
@@ -385,6 +370,24 @@ PY
   kill "$pid"; wait "$pid"
   head -5 "$tmp/serve.log"
   fi
+  section "machine facts into the receipts"
+  python3 - "$out" <<'PY' || true
+import json, subprocess, sys, datetime, os
+q = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit"
+vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"],
+                      capture_output=True, text=True).stdout.strip().split(", ")
+machine = dict(zip(q.split(","), vals))
+machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
+# Every receipt of this run (the gtest files of the parity and HTTP tests too).
+for name in sorted(os.listdir(sys.argv[1])):
+    path = os.path.join(sys.argv[1], name)
+    if name.endswith(".json") and os.path.isfile(path):
+        j = json.load(open(path))
+        j["machine"] = machine
+        json.dump(j, open(path, "w"), indent=2)
+print(machine)
+PY
 } 2>&1 | tee "$out/log.txt"
 python3 "$here/strip-paths.py" "$out"/*.json || echo "strip-paths.py: a receipt still names a path (above)" | tee -a "$out/log.txt"
 (cd "$out" && tar -cf receipts.tar ./*.json && rm -f ./*.json)
