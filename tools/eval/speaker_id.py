@@ -17,14 +17,25 @@ def _mel_filters(rate, n_fft, n_mels):
     return np.clip(np.minimum((bins - lower) / (center - lower), (upper - bins) / (upper - center)), 0, None)
 
 
-def mfcc(x, rate=16000, n_mfcc=13, n_mels=26, frame=400, hop=160, n_fft=512):
+FRAME, HOP = 400, 160  # 25 ms frames, 10 ms hop at 16 kHz
+
+
+def _padded(x, frame=FRAME):
+    """x as float64, zero-padded to one frame when shorter."""
     x = np.asarray(x, dtype=np.float64)
-    if len(x) < frame:
-        x = np.pad(x, (0, frame - len(x)))
-    x = np.append(x[0], x[1:] - 0.97 * x[:-1])
+    return np.pad(x, (0, frame - len(x))) if len(x) < frame else x
+
+
+def _frames(x, frame=FRAME, hop=HOP):
+    """[count, frame] frames of x (at least one frame long), every hop samples."""
     count = 1 + (len(x) - frame) // hop
-    idx = np.arange(frame)[None] + hop * np.arange(count)[:, None]
-    frames = x[idx] * np.hamming(frame)
+    return x[np.arange(frame)[None] + hop * np.arange(count)[:, None]]
+
+
+def mfcc(x, rate=16000, n_mfcc=13, n_mels=26, frame=FRAME, hop=HOP, n_fft=512):
+    x = _padded(x, frame)
+    x = np.append(x[0], x[1:] - 0.97 * x[:-1])
+    frames = _frames(x, frame, hop) * np.hamming(frame)
     power = np.abs(np.fft.rfft(frames, n_fft)) ** 2 / n_fft
     energies = np.log(power @ _mel_filters(rate, n_fft, n_mels).T + 1e-10)
     k = np.arange(n_mels)
@@ -39,11 +50,7 @@ def features(x, rate=16000, speech_db=None):
     m = mfcc(x, rate)
     d = np.gradient(m, axis=0) if len(m) > 1 else np.zeros_like(m)
     if speech_db is not None and len(m) > 1:
-        x = np.asarray(x, dtype=np.float64)
-        if len(x) < 400:
-            x = np.pad(x, (0, 400 - len(x)))
-        idx = np.arange(400)[None] + 160 * np.arange(len(m))[:, None]
-        power = 10 * np.log10((x[idx] ** 2).mean(1) + 1e-20)
+        power = 10 * np.log10((_frames(_padded(x)) ** 2).mean(1) + 1e-20)  # mfcc's frames
         keep = power >= np.percentile(power, 99) - speech_db
         m, d = m[keep], d[keep]
     return np.concatenate([m.mean(0), m.std(0), d.mean(0), d.std(0)])
