@@ -203,10 +203,10 @@ def codec_colour(train_rows, rows, corpus, codec_dir, speech_db=40):
                 x = read_pcm(corpus, r, rate)
                 for kind, y in (("recorded", x), ("round_trip", codec.decode(codec.encode(x)))):
                     pcm.setdefault((name, kind), []).append(audio.resample(y[0].numpy(), rate, 16000))
-    train_y, truth = [r["speaker"] for r in train_rows], [r["speaker"] for r in rows]
+    train_y = [r["speaker"] for r in train_rows]
 
     def accuracy(clf, f):
-        return round(sum(p_ == t for p_, t in zip(clf.predict(f), truth)) / len(truth), 4)
+        return accuracies(clf.predict(f), rows)[0]
 
     def features(speech=None, columns=slice(None)):
         return {k: np.array([speaker_id.features(x, 16000, speech) for x in v])[:, columns]
@@ -230,6 +230,18 @@ def codec_colour(train_rows, rows, corpus, codec_dir, speech_db=40):
         "without_delta_means": entry(features(columns=np.r_[0:26, 39:52])),
         "speech_frames": entry(features(speech_db)),
     }
+
+
+def first_per_speaker(rows, count, split=None, skip=0):
+    """rows of `split` (any split when None) in corpus order, each speaker's first `skip` passed
+    over and the next `count` kept (all of them when count is None)."""
+    picked, seen = [], collections.Counter()
+    for r in rows:
+        if split is None or r["split"] == split:
+            seen[r["speaker"]] += 1
+            if seen[r["speaker"]] > skip and (count is None or seen[r["speaker"]] <= skip + count):
+                picked.append(r)
+    return picked
 
 
 def main(argv=None):
@@ -256,21 +268,10 @@ def main(argv=None):
         raise SystemExit("--outputs and --codec-colour need --codec (the codec to look through)")
     start = time.time()
     rows = source_wer.read_corpus(args.corpus)
-    train, unseen, seen = [], [], collections.Counter()
-    for r in rows:
-        if r["split"] != "train":
-            continue
-        seen[r["speaker"]] += 1
-        if seen[r["speaker"]] <= args.train_per_speaker:
-            train.append(r)
-        elif seen[r["speaker"]] <= args.train_per_speaker + args.test_per_speaker:
-            unseen.append(r)
-    heldout, per = [], collections.Counter()
-    for r in rows:  # every held-out recording, or the first --heldout-per-speaker of each speaker
-        if r["split"] == "heldout":
-            per[r["speaker"]] += 1
-            if args.heldout_per_speaker is None or per[r["speaker"]] <= args.heldout_per_speaker:
-                heldout.append(r)
+    train = first_per_speaker(rows, args.train_per_speaker, "train")
+    unseen = first_per_speaker(rows, args.test_per_speaker, "train", skip=args.train_per_speaker)
+    # every held-out recording, or the first --heldout-per-speaker of each speaker
+    heldout = first_per_speaker(rows, args.heldout_per_speaker, "heldout")
     clf = speaker_id.SpeakerClassifier().fit(
         [evaluate.feature_of(os.path.join(args.corpus, r["path"])) for r in train],
         [r["speaker"] for r in train])
@@ -289,11 +290,7 @@ def main(argv=None):
         "machine": platform.machine(),
     }
     if args.codec:
-        picked, per = [], collections.Counter()
-        for r in heldout:  # the first codec_per_speaker held-out utterances of each speaker
-            per[r["speaker"]] += 1
-            if per[r["speaker"]] <= args.codec_per_speaker:
-                picked.append(r)
+        picked = first_per_speaker(heldout, args.codec_per_speaker)
         result["codec_round_trip"] = codec_round_trip(clf, picked, args.corpus, args.codec)
         result["settings"]["codec_per_speaker"] = args.codec_per_speaker
         if args.codec_probes:

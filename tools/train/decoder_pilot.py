@@ -17,7 +17,6 @@ the first 4 held-out utterances of every speaker, and pocketsphinx's WER on the 
 the first 2 held-out utterances of every speaker, beside the recordings' own. Writes a receipt."""
 
 import argparse
-import collections
 import os
 import platform
 import random
@@ -115,16 +114,6 @@ def score(codec, rate, clf, speaker_rows, wer_rows, corpus, work, name):
             "wer": round(asr.wer((r["text"], hyp[uid]) for r, (uid, _) in zip(wer_rows, items)), 4)}
 
 
-def first_of_each(rows, split, count):
-    picked, seen = [], collections.Counter()
-    for r in rows:
-        if r["split"] == split:
-            seen[r["speaker"]] += 1
-            if seen[r["speaker"]] <= count:
-                picked.append(r)
-    return picked
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--codec", required=True)
@@ -145,11 +134,12 @@ def main(argv=None):
     with torch.no_grad():
         codes = torch.cat([base.encode(crops[i:i + 32]) for i in range(0, len(crops), 32)])
     rows = source_wer.read_corpus(args.eval_corpus)
-    train_rows = first_of_each(rows, "train", 40)
+    train_rows = speaker_check.first_per_speaker(rows, 40, "train")
     clf = speaker_id.SpeakerClassifier().fit(
         [evaluate.feature_of(os.path.join(args.eval_corpus, r["path"])) for r in train_rows],
         [r["speaker"] for r in train_rows])
-    speaker_rows, wer_rows = first_of_each(rows, "heldout", 4), first_of_each(rows, "heldout", 2)
+    speaker_rows, wer_rows = (speaker_check.first_per_speaker(rows, 4, "heldout"),
+                             speaker_check.first_per_speaker(rows, 2, "heldout"))
     recorded = asr.recognize([(f"recorded.{i}", os.path.join(args.eval_corpus, r["path"]))
                               for i, r in enumerate(wer_rows)])
     result = {
