@@ -40,6 +40,7 @@ const std::vector<std::string>& Backend::kernel_names() {
                                                  "route_topk",
                                                  "moe_experts",
                                                  "expert_combine",
+                                                 "expert_sum",
                                                  "guidance_combine",
                                                  "sample_rows",
                                                  "conv1d",
@@ -77,6 +78,12 @@ void Backend::qk_norm_rope_cache(float* q, float* k, const float* v, int64_t row
   rope(k, rows, kv_heads, head_dim, positions, theta);
   copy_rows(k, nullptr, k_cache, kv_row, rows, kv_heads * head_dim);
   copy_rows(v, nullptr, v_cache, kv_row, rows, kv_heads * head_dim);
+}
+
+void Backend::expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                         int64_t dim, float* y) {
+  fill(y, dim, rows, dim, 0.0f);
+  expert_combine(expert_out, weight, rows, k, dim, y);
 }
 
 namespace {

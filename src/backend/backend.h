@@ -212,6 +212,11 @@ class Backend {
   // y[r, :] += sum_j weight[r, j] * expert_out[r, j, :], j in rank order 0..k-1.
   virtual void expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                               int64_t dim, float* y) = 0;
+  // y[r, :] = 0 + sum_j weight[r, j] * expert_out[r, j, :], j in rank order: bitwise what fill
+  // with zeros then expert_combine give on the same backend (the default runs those two; a GPU
+  // starts its sum from zero in one launch).
+  virtual void expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                          int64_t dim, float* y);
 
   // --- guidance and sampling (spec section 6) ---
   // out[i, :] over n output rows of `vocab` logits as rows[i] says (GuidanceRow).

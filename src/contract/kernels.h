@@ -47,6 +47,7 @@ enum class Fault {
   DroppedOffset,           // gather_ids: offset ignored
   CacheBeforeRotary,       // qk_norm_rope_cache: k stored into the cache before its rotary
   NeighbourProductWeight,  // linears: the second product made with the first product's weight
+  SumOnUnzeroedOutput,     // expert_sum: the sum added to what the output held
 };
 
 std::vector<KernelCase> linear_nvfp4_cases(uint64_t seed, Fault fault);
@@ -62,6 +63,7 @@ std::vector<KernelCase> swiglu_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> add_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault);
+std::vector<KernelCase> expert_sum_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> sample_rows_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> non_finite_guard_cases(uint64_t seed, Fault fault);

@@ -116,8 +116,12 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
 
 // expert_combine: y + sum of k products in rank order: gamma_{2k+1} (|y| + sum |w e|) per
 // element; NMSE limit 32 (2k+1) u^2. Twin: float16 accumulation. Planted fault: rank j weighted by
-// rank j+1's weight (the real kernel on a rotated weight table).
-std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault) {
+// rank j+1's weight (the real kernel on a rotated weight table). expert_sum (from_zero) is the
+// same sum started from zero, y never read (the harness's NaN fill stays out of it): the same
+// bound with |y| = 0. Its planted fault: the sum added to what y held (expert_combine on an
+// unzeroed y).
+namespace {
+std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero) {
   const int64_t shapes[][3] = {{5, 4, 100}, {2, 8, 64}, {1, 2, 33}};  // rows, k, dim
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -134,7 +138,7 @@ std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault) {
     c.row_elems = dim;
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t d = 0; d < dim; ++d) {
-        double ref = (*y)[r * dim + d], mag = std::fabs(ref);
+        double ref = from_zero ? 0.0 : (*y)[r * dim + d], mag = std::fabs(ref);
         double deg = to_f16(ref);  // a float16 accumulator
         for (int64_t j = 0; j < k; ++j) {
           const double p = double((*w)[r * k + j]) * (*e)[(r * k + j) * dim + d];
@@ -147,19 +151,33 @@ std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault) {
         c.atol.push_back(gamma32(double(2 * k + 1)) * mag);
       }
     c.nmse_limit = 32.0 * double(2 * k + 1) * kU32 * kU32;
-    c.input_norms = {l2(*e), l2(*w), l2(*y)};
-    c.run = [e, w, y, k, dim, fault](Backend& b, int64_t r0, int64_t n, float* out) {
-      stage(b, out, y->data() + r0 * dim, n * dim);
+    c.input_norms = {l2(*e), l2(*w)};
+    if (!from_zero) c.input_norms.push_back(l2(*y));
+    c.run = [e, w, y, k, dim, fault, from_zero](Backend& b, int64_t r0, int64_t n, float* out) {
+      if (!from_zero || fault == Fault::SumOnUnzeroedOutput)
+        stage(b, out, y->data() + r0 * dim, n * dim);
       std::vector<float> wt(w->begin() + r0 * k, w->begin() + (r0 + n) * k);
       if (fault == Fault::NeighbourRankWeight)
         for (int64_t r = 0; r < n; ++r) std::rotate(&wt[r * k], &wt[r * k + 1], &wt[r * k] + k);
       DeviceCopies d(b);
-      b.expert_combine(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, out);
+      if (from_zero && fault != Fault::SumOnUnzeroedOutput)
+        b.expert_sum(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, out);
+      else
+        b.expert_combine(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, out);
       return true;
     };
     cases.push_back(std::move(c));
   }
   return cases;
+}
+}  // namespace
+
+std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault) {
+  return combine_cases(seed, fault, false);
+}
+
+std::vector<KernelCase> expert_sum_cases(uint64_t seed, Fault fault) {
+  return combine_cases(seed, fault, true);
 }
 
 // moe_experts: for each (row, rank) pair the expert's SwiGLU MLP, against float64 over the
@@ -397,17 +415,21 @@ Limit small_kernel_limit(const char* kernel) {
         b.synchronize();
       });
     };
-  } else if (name == "expert_combine") {
+  } else if (name == "expert_combine" || name == "expert_sum") {
     l.size = "rows=2 k=8 dim=2048";
     l.bytes = 2.0 * 8 * 2048 * 4 * 2;
-    l.time_call = [](Backend& b) {
+    const bool from_zero = name == "expert_sum";
+    l.time_call = [from_zero](Backend& b) {
       Rng rng(9);
       std::vector<float> e = rng.normals(2 * 8 * 2048), w = rng.normals(16), y(2 * 2048);
       DeviceCopies d(b);
       const float *ed = d.in(e), *wd = d.in(w);
       float* yd = d.in(y);
       return median_seconds(21, [&] {
-        b.expert_combine(ed, wd, 2, 8, 2048, yd);
+        if (from_zero)
+          b.expert_sum(ed, wd, 2, 8, 2048, yd);
+        else
+          b.expert_combine(ed, wd, 2, 8, 2048, yd);
         b.synchronize();
       });
     };

@@ -88,8 +88,7 @@ void MoeBlock::forward(Workspace& ws, const float* xn, int64_t rows, int64_t hid
     be.copy_2d(cw + k, S, g, 1, 1, rows, 1);
     combine_weight = cw;
   }
-  ws.zero(out, static_cast<size_t>(rows * H));
-  be.expert_combine(expert_out, combine_weight, rows, S, H, out);
+  be.expert_sum(expert_out, combine_weight, rows, S, H, out);
 }
 
 }  // namespace drama

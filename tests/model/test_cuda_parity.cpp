@@ -369,6 +369,48 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
   EXPECT_EQ(checked, (3 + 3 + 2 + 4) * 6);
 }
 
+// expert_sum (the combine started from zero, its output never read) gives the bits of fill with
+// zeros then expert_combine (Backend's default): at the bench's hidden size, odd sizes, 1 to 9
+// ranks and every row count the batch test uses, with a signed zero term. Outputs start
+// poisoned (all-one bits) so an element the fused call leaves unwritten or reads shows.
+TEST(CudaFusedKernels, ExpertSumEqualsFillThenCombineBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  auto dev = [&](const std::vector<float>& h) {
+    auto d = b.alloc(std::max<size_t>(h.size(), 1) * 4);
+    b.upload(d->data(), h.data(), h.size() * 4);
+    return d;
+  };
+  int checked = 0;
+  for (const int64_t dim : {2048, 2049, 4500, 33})
+    for (const int64_t rows : {1, 2, 3, 8, 64})
+      for (const int64_t k : {1, 8, 9}) {
+        std::vector<float> e(static_cast<size_t>(rows * k * dim)),
+            wt(static_cast<size_t>(rows * k));
+        for (auto& v : e) v = normal(gen);
+        for (auto& v : wt) v = std::fabs(normal(gen)) * 0.1f;
+        if (rows * k >= 2) e[1] = -0.0f;  // a signed zero term: 0 + (-0 * w) is +0 in both forms
+        auto ed = dev(e), wtd = dev(wt);
+        std::vector<float> sum[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          auto yd = b.alloc(static_cast<size_t>(rows * dim) * 4);
+          poison(b, yd->f32(), rows * dim);
+          if (fused)
+            b.expert_sum(ed->f32(), wtd->f32(), rows, k, dim, yd->f32());
+          else
+            b.Backend::expert_sum(ed->f32(), wtd->f32(), rows, k, dim, yd->f32());
+          sum[fused].resize(static_cast<size_t>(rows * dim));
+          b.download(sum[fused].data(), yd->data(), sum[fused].size() * 4);
+        }
+        EXPECT_EQ(std::memcmp(sum[0].data(), sum[1].data(), sum[0].size() * 4), 0)
+            << "expert_sum k " << k << " dim " << dim << " rows " << rows;
+        ++checked;
+      }
+  EXPECT_EQ(checked, 4 * 5 * 3);
+}
+
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give
 // for every (row, rank) the bits of the separate gate, up, swiglu and down calls on that row
 // alone, for batches of 1, 2, 3, 8 and 64 rows, NVFP4 and BF16 experts. The separate calls run the

@@ -80,6 +80,8 @@ class CudaBackend final : public Backend {
                   int64_t k, bool norm_topk, int32_t* expert_index, float* weight) override;
   void expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                       int64_t dim, float* y) override;
+  void expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                  int64_t dim, float* y) override;
   // The routed experts of a layer on the device (moe.cuh); `experts` is a host array of
   // n_stored resident weights, uploaded once as a device table per array.
   void prepare_experts(const ExpertWeights* experts, int64_t n_stored) override;

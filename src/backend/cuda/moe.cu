@@ -124,14 +124,17 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
   }
 }
 
+// FromZero (expert_sum): the sum starts from `zero`, a 0.0f the compiler cannot fold away, so
+// each term is added as expert_combine adds it to a zeroed y (fill then expert_combine, bitwise).
+template <bool FromZero>
 __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
                                       const float* __restrict__ weight, int64_t rows, int64_t k,
-                                      int64_t dim, float* y) {
+                                      int64_t dim, float* y, float zero) {
   pdl_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * dim) return;
   const int64_t r = t / dim, d = t % dim;
-  float acc = y[t];
+  float acc = FromZero ? zero : y[t];
   for (int64_t j = 0; j < k; ++j) acc += weight[r * k + j] * expert_out[(r * k + j) * dim + d];
   y[t] = acc;
 }
@@ -1060,11 +1063,12 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
 }
 
 void launch_expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
-                           int64_t dim, float* y, cudaStream_t stream) {
+                           int64_t dim, float* y, cudaStream_t stream, bool from_zero) {
   if (rows * dim <= 0) return;
-  launch(expert_combine_kernel, blocks_for(rows * dim, 256), 256, 0, stream, expert_out, weight,
-         rows, k, dim, y);
-  check_launch("expert_combine");
+  const auto kernel = from_zero ? expert_combine_kernel<true> : expert_combine_kernel<false>;
+  launch(kernel, blocks_for(rows * dim, 256), 256, 0, stream, expert_out, weight, rows, k, dim, y,
+         0.0f);
+  check_launch(from_zero ? "expert_sum" : "expert_combine");
 }
 
 bool set_split_ahead_flag(bool on) {
@@ -1336,7 +1340,12 @@ void CudaBackend::route_topk(const float* logits, int64_t rows, int64_t logit_st
 
 void CudaBackend::expert_combine(const float* expert_out, const float* weight, int64_t rows,
                                  int64_t k, int64_t dim, float* y) {
-  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_);
+  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, false);
+}
+
+void CudaBackend::expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                             int64_t dim, float* y) {
+  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, true);
 }
 
 }  // namespace drama::cuda
