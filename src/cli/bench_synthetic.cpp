@@ -344,7 +344,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // On CUDA the graphs also run with programmatic dependent launch off (names ending _no_pdl),
   // beside the default (on unless DRAMA_CUDA_PDL=0), and with the other BF16 product kernel
   // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor)
-  // and with the other attention kernel (DRAMA_CUDA_ATTENTION: names ending _attention_v1/_v2).
+  // and with the other attention kernel (DRAMA_CUDA_ATTENTION: names ending _attention_v1/_v2),
+  // and with the tensor-core products' weight tiles not staged where they are (the same bits,
+  // DRAMA_CUDA_LINEAR_STAGED: names ending _unstaged).
   // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N. The paired step also runs
   // as a graph with its two rows identical (paired_batch2_same_routing_graph): one routing for
   // both, as a trained model's guidance branches mostly choose (drama-mini's share 94% of their
@@ -358,6 +360,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     bool other_linear = false;
     bool other_attention = false;
     bool same_rows = false;
+    bool unstaged = false;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
@@ -370,6 +373,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   bool tensor_default = false;
   int attention_default = 0;
   int64_t wide_default = 0;
+  bool staged_default = false;
   if (on_cuda) {
     wide_default = cuda::set_wide_rows(b, 0);
     cuda::set_wide_rows(b, wide_default);
@@ -383,6 +387,11 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
         step_runs.push_back({0, rows, true, true});
     for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, true});
     for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, false, true});
+    staged_default = cuda::set_linear_staged(b, false);
+    cuda::set_linear_staged(b, staged_default);
+    if (staged_default)
+      for (const int64_t rows : all_rows)
+        step_runs.push_back({0, rows, true, false, false, false, false, true});
   }
 #endif
   auto rows_name = [](int64_t rows) {
@@ -432,6 +441,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       cuda::set_tensor_linear(b, run.other_linear ? !tensor_default : tensor_default);
       cuda::set_attention_version(b,
                                   run.other_attention ? 3 - attention_default : attention_default);
+      cuda::set_linear_staged(b, run.unstaged ? false : staged_default);
     }
 #endif
     const RowTables tables = step_tables(rows);
@@ -480,7 +490,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #endif
     nlohmann::json& row =
         results[rows_name(rows) + (same ? "_same_routing" : "") + suffix(version, "_experts_v") +
-                (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "") + other_kernel];
+                (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "") + other_kernel +
+                (run.unstaged ? "_unstaged" : "")];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},
@@ -505,6 +516,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     cuda::set_programmatic_launch(b, pdl_default);
     cuda::set_tensor_linear(b, tensor_default);
     cuda::set_attention_version(b, attention_default);
+    cuda::set_linear_staged(b, staged_default);
   }
 #endif
   // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):
@@ -516,9 +528,16 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     for (const int64_t rows : all_rows) {
       const RowTables tables = step_tables(rows);
       const int32_t* ids = stage_ids(rows, false);
-      // The embedding and the first layers' launches in order: which product is which.
-      nlohmann::json table =
-          kernel_table(cuda::time_each_kernel(b, [&] { step_from_ids(ids, rows, tables); }), 50);
+      // The embedding and the first layers' launches in order: which product is which. The step
+      // is an NVTX range named "kernel_times ROWS_NAME" (Nsight Compute: --nvtx --nvtx-include
+      // "kernel_times batch1/" profiles one step's kernels launched one by one).
+      const std::string range = "kernel_times " + rows_name(rows);
+      auto step = [&] {
+        cuda::push_range(range.c_str());
+        step_from_ids(ids, rows, tables);
+        cuda::pop_range();
+      };
+      nlohmann::json table = kernel_table(cuda::time_each_kernel(b, step), 50);
       const std::string graph_key = rows_name(rows) + "_graph";
       table["graph_step_ms"] =
           results.contains(graph_key) ? results[graph_key]["per_step_ms"] : nlohmann::json();

@@ -313,13 +313,23 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
 // (Backend's default: one linear call each), at attention's and a dense MLP's shapes, an input
 // width that is not a multiple of 4 (the unvectorised loads), products of very different slicing
 // (4096 and 512 outputs: 8 and 16 slices) and every row count the batch test uses.
+//
+// Each also with the weight tiles staged in shared memory and not (DRAMA_CUDA_LINEAR_STAGED,
+// linear.cu): the same bits (in 2050 is not staged: rows not in whole 16-byte chunks).
 TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
+#ifdef DRAMA_WITH_CUDA
+  const bool staged_before = cuda::set_linear_staged(b, true);
+  const AtExit restore{[&b, staged_before] { cuda::set_linear_staged(b, staged_before); }};
+#endif
   std::mt19937 gen(13);
   std::normal_distribution<float> normal;
-  const std::vector<std::pair<int64_t, std::vector<int64_t>>> shapes = {
-      {2048, {4096, 512, 512}}, {144, {37, 19, 24}}, {64, {128, 128}}, {2050, {16, 48, 8, 40}}};
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> shapes = {{2048, {4096, 512, 512}},
+                                                                        {144, {37, 19, 24}},
+                                                                        {64, {128, 128}},
+                                                                        {2050, {16, 48, 8, 40}},
+                                                                        {4096, {2048, 2049}}};
   int checked = 0;
   for (const auto& [in, outs] : shapes)
     for (const int64_t rows : {1, 2, 3, 8, 64, 100}) {
@@ -337,8 +347,13 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
       for (auto& v : x) v = normal(gen);
       auto xd = b.alloc(x.size() * 4);
       b.upload(xd->data(), x.data(), x.size() * 4);
-      std::vector<std::vector<float>> got[2];
-      for (int fused = 0; fused < 2; ++fused) {
+      // Runs: one call each, in one launch, then both again with the tiles unstaged.
+      std::vector<std::vector<float>> got[4];
+      for (int run = 0; run < 4; ++run) {
+        const bool fused = run % 2 == 1;
+#ifdef DRAMA_WITH_CUDA
+        cuda::set_linear_staged(b, run < 2);
+#endif
         std::vector<std::unique_ptr<DeviceBuffer>> y;
         std::vector<Backend::Product> products;
         for (size_t j = 0; j < outs.size(); ++j) {
@@ -354,19 +369,22 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
         for (auto& d : y) {
           std::vector<float> h(d->bytes() / 4);
           b.download(h.data(), d->data(), d->bytes());
-          got[fused].push_back(std::move(h));
+          got[run].push_back(std::move(h));
         }
       }
       for (size_t j = 0; j < outs.size(); ++j) {
         EXPECT_TRUE(std::all_of(got[1][j].begin(), got[1][j].end(),
                                 [](float v) { return std::isfinite(v); }))
             << "product " << j << " has elements linears never wrote, rows " << rows;
-        EXPECT_EQ(std::memcmp(got[0][j].data(), got[1][j].data(), got[0][j].size() * 4), 0)
-            << "product " << j << " (" << outs[j] << "x" << in << ") rows " << rows;
+        for (int run = 1; run < 4; ++run)
+          EXPECT_EQ(std::memcmp(got[0][j].data(), got[run][j].data(), got[0][j].size() * 4), 0)
+              << "product " << j << " (" << outs[j] << "x" << in << ") rows " << rows << " run "
+              << run << (run % 2 ? " (one launch)" : " (one call each)")
+              << (run < 2 ? ", staged" : ", unstaged");
         ++checked;
       }
     }
-  EXPECT_EQ(checked, (3 + 3 + 2 + 4) * 6);
+  EXPECT_EQ(checked, (3 + 3 + 2 + 4 + 2) * 6);
 }
 
 // expert_sum (the combine started from zero, its output never read) gives the bits of fill with

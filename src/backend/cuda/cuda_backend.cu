@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include <nvtx3/nvToolsExt.h>
+
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/grouped_experts.h"
@@ -359,6 +361,14 @@ int64_t captured_graph_nodes(Backend& backend, const std::string& key) {
   return cuda_of(backend).graph_nodes(key);
 }
 
+void push_range(const char* name) {
+  nvtxRangePushA(name);
+}
+
+void pop_range() {
+  nvtxRangePop();
+}
+
 double time_empty_kernel_chain(Backend& backend, int64_t kernels, int replays) {
   CudaBackend& cuda = cuda_of(backend);
   if (kernels <= 0) return 0.0;
@@ -409,6 +419,10 @@ int64_t set_wide_rows(Backend& backend, int64_t rows) {
 
 bool set_tensor_linear(Backend& backend, bool on) {
   return switch_kernel(backend, on, set_tensor_linear_flag);
+}
+
+bool set_linear_staged(Backend& backend, bool on) {
+  return switch_kernel(backend, on, set_linear_staged_flag);
 }
 
 bool set_split_ahead(Backend& backend, bool on) {

@@ -61,11 +61,21 @@ bool set_programmatic_launch(Backend& backend, bool on);
 // `backend` is not the CUDA backend.
 bool set_tensor_linear(Backend& backend, bool on);
 
+// Switches whether the tensor-core BF16 products stage their weight tiles in shared memory where
+// they fit (true, the default unless DRAMA_CUDA_LINEAR_STAGED=0; the same bits either way:
+// linear.cu) for every CUDA backend of the process, drops `backend`'s captured graphs, and returns
+// the previous setting. Throws drama::Error when `backend` is not the CUDA backend.
+bool set_linear_staged(Backend& backend, bool on);
+
 // Switches the attention kernel of every CUDA backend of the process between version 2 (the query
 // heads of a KV head sharing its cache reads, the default) and version 1 (a block per query head:
 // DRAMA_CUDA_ATTENTION=v1), drops `backend`'s captured graphs, and returns the previous version.
 // Throws drama::Error when `backend` is not the CUDA backend or the version is neither.
 int set_attention_version(Backend& backend, int version);
+
+// A named range on the timeline for the Nsight tools (NVTX push and pop; nothing without a tool).
+void push_range(const char* name);
+void pop_range();
 
 // Each kernel `work` launches on `backend` (not captured: graphs are off while it runs, so work
 // under Backend::run_captured launches as it comes too), timed alone with device events in

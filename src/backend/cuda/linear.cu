@@ -95,6 +95,23 @@ MmaSlices mma_slices(int64_t in, int64_t out) {
   return {static_cast<int>(slices), per};
 }
 
+// Staged (the default where it fits: staged_fits): before griddepcontrol.wait the block copies its
+// 16 weight rows, all of `in`, into shared memory with cp.async (row r at r * stage_stride(in)
+// bytes), so the whole tile is requested at once and its transfer overlaps the kernel before it
+// (weights are never written by a step); the warps then read their A fragments there instead of
+// from global memory, with the register path's operations in the register path's order: the same
+// bits. The row stride is in * 2 rounded up to 128 bytes plus 32, so the 8-byte reads of a half
+// warp (rows g .. g + 3, lanes t = 0 .. 3) fall on distinct banks. DRAMA_CUDA_LINEAR_STAGED=0 (or
+// set_linear_staged, for the bench) keeps every product on the register path.
+constexpr int64_t kMmaStageBytes = 200 * 1024;  // the most shared memory a staged tile may take
+__host__ __device__ constexpr int64_t stage_stride(int64_t in) {
+  return (in * 2 + 127) / 128 * 128 + 32;
+}
+std::atomic<bool> g_linear_staged{[] {
+  const char* v = std::getenv("DRAMA_CUDA_LINEAR_STAGED");
+  return !(v && std::string(v) == "0");
+}()};
+
 // Four consecutive BF16 weights of row `row` from input k (zeros past in or out), as two words.
 __device__ __forceinline__ uint2 mma_weights(const uint16_t* __restrict__ w, int64_t row,
                                              int64_t out, int64_t in, int64_t k, bool vec) {
@@ -104,6 +121,13 @@ __device__ __forceinline__ uint2 mma_weights(const uint16_t* __restrict__ w, int
   uint32_t h[4];
   for (int e = 0; e < 4; ++e) h[e] = k + e < in ? __ldg(p + e) : 0;
   return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
+}
+
+// The same four weights from the staged tile (row `row` of the block's 16, below out - o0).
+__device__ __forceinline__ uint2 staged_weights(const uint8_t* tile, int64_t stride, int row,
+                                                int64_t rows_here, int64_t in, int64_t k) {
+  if (row >= rows_here || k >= in) return make_uint2(0, 0);
+  return *reinterpret_cast<const uint2*>(tile + row * stride + k * 2);
 }
 
 // Four consecutive activations of row `row` from input k (zeros past in or rows).
@@ -135,12 +159,16 @@ struct MmaProducts {
   unsigned block0[kMaxProducts + 1];  // product j owns column blocks [block0[j], block0[j + 1])
 };
 
-template <bool Several>
-__global__ void __launch_bounds__(32 * kMmaMaxSlices)
+// Registers: 128 on the register path (one block of 512 threads an SM); staged at most 80 (ptxas,
+// sm_90a: 72-88 bytes of spills), so q, k and v's blocks of 256 threads fit three an SM as their
+// shared memory does (320 blocks in one wave of 132 SMs, not two) and a block leaves registers
+// for the kernel before it.
+template <bool Several, bool Staged>
+__global__ void __maxnreg__(Staged ? 80 : 128)
     linear_bf16_mma_kernel(const MmaProducts products, const float* __restrict__ x, int64_t rows,
                            int64_t in, bool vec_x) {
-  pdl_entry();
   __shared__ float partial[kMmaMaxSlices][kMmaRows][kMmaColumns + 1];
+  extern __shared__ __align__(16) uint8_t tile[];  // Staged: the block's weight rows
   // Several: the block's product by its column blocks. One product: index 0, a constant, so its
   // fields are read as the single-product kernel read its arguments (a dynamic index into the
   // parameters measured 8% slower on a lone product, H100 2026-12-05: 15.0 against 13.9 us).
@@ -155,6 +183,22 @@ __global__ void __launch_bounds__(32 * kMmaMaxSlices)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane >> 2, t = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.x - products.block0[j]) * kMmaColumns;
+  const int64_t rows_here = out - o0 < kMmaColumns ? out - o0 : kMmaColumns;
+  const int64_t stride = stage_stride(in);
+  if constexpr (Staged) {  // in % 8 == 0 and w on 16 bytes (staged_fits): 16-byte copies
+    const int64_t chunks = in / 8;
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(w + o0 * in);
+    for (int64_t i = threadIdx.x; i < rows_here * chunks; i += blockDim.x) {
+      const int64_t r = i / chunks, c = i % chunks;
+      cp_async16(tile + r * stride + 16 * c, src + r * in * 2 + 16 * c);
+    }
+    cp_async_commit();
+  }
+  pdl_entry();
+  if constexpr (Staged) {
+    cp_async_wait(0);
+    __syncthreads();
+  }
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kMmaRows;
   const int64_t row_tiles = (rows - r0 + 7) / 8;
   const int ntiles = static_cast<int>(row_tiles < kMmaTilesN ? row_tiles : kMmaTilesN);
@@ -170,23 +214,31 @@ __global__ void __launch_bounds__(32 * kMmaMaxSlices)
     for (int n = 0; n < kMmaTilesN; ++n)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
-    for (int64_t sa = s0; sa < s1; sa += kMmaAhead) {
-      uint32_t a[kMmaAhead][4];
-#pragma unroll
-      for (int u = 0; u < kMmaAhead; ++u) {
-        const int64_t k = 16 * (sa + u) + 4 * t;
-        const bool in_slice = sa + u < s1;
-        const uint2 row_g = in_slice ? mma_weights(w, o0 + g, out, in, k, vec_w) : make_uint2(0, 0);
-        const uint2 row_g8 =
-            in_slice ? mma_weights(w, o0 + g + 8, out, in, k, vec_w) : make_uint2(0, 0);
-        a[u][0] = row_g.x;   // row g, slots 2t, 2t + 1: inputs k, k + 1
-        a[u][1] = row_g8.x;  // row g + 8, the same inputs
-        a[u][2] = row_g.y;   // row g, slots 2t + 8, 2t + 9: inputs k + 2, k + 3
-        a[u][3] = row_g8.y;
+    // Step u's A fragment (zeros past the slice): from global memory (all kMmaAhead steps loaded
+    // before any arithmetic) or, staged, from shared memory just before its mma.
+    auto fragment = [&](int64_t sa, int u, uint32_t(&a)[4]) {
+      const int64_t k = 16 * (sa + u) + 4 * t;
+      uint2 row_g = make_uint2(0, 0), row_g8 = make_uint2(0, 0);
+      if (sa + u < s1 && Staged) {
+        row_g = staged_weights(tile, stride, g, rows_here, in, k);
+        row_g8 = staged_weights(tile, stride, g + 8, rows_here, in, k);
+      } else if (sa + u < s1) {
+        row_g = mma_weights(w, o0 + g, out, in, k, vec_w);
+        row_g8 = mma_weights(w, o0 + g + 8, out, in, k, vec_w);
       }
-      // Row tile by row tile, the tile's activations of all kMmaAhead steps loaded at once (one
-      // latency for the steps, not one a step), then their arithmetic; the order of any element's
-      // operations is the same.
+      a[0] = row_g.x;   // row g, slots 2t, 2t + 1: inputs k, k + 1
+      a[1] = row_g8.x;  // row g + 8, the same inputs
+      a[2] = row_g.y;   // row g, slots 2t + 8, 2t + 9: inputs k + 2, k + 3
+      a[3] = row_g8.y;
+    };
+    for (int64_t sa = s0; sa < s1; sa += kMmaAhead) {
+      uint32_t a[Staged ? 1 : kMmaAhead][4];
+      if constexpr (!Staged)
+#pragma unroll
+        for (int u = 0; u < kMmaAhead; ++u) fragment(sa, u, a[u]);
+          // Row tile by row tile, the tile's activations of all kMmaAhead steps loaded at once (one
+          // latency for the steps, not one a step), then their arithmetic; the order of any
+          // element's operations is the same.
 #pragma unroll
       for (int n = 0; n < kMmaTilesN; ++n) {
         if (n >= ntiles) break;
@@ -205,9 +257,11 @@ __global__ void __launch_bounds__(32 * kMmaMaxSlices)
             b[term][0] = take_upper_halves(v[u].x, v[u].y);
             b[term][1] = take_upper_halves(v[u].z, v[u].w);
           }
-          mma_bf16(acc_low[n], a[u], b[2][0], b[2][1]);
-          mma_bf16(acc_low[n], a[u], b[1][0], b[1][1]);
-          mma_bf16(acc[n], a[u], b[0][0], b[0][1]);
+          if constexpr (Staged) fragment(sa, u, a[0]);
+          const uint32_t(&au)[4] = a[Staged ? 0 : u];
+          mma_bf16(acc_low[n], au, b[2][0], b[2][1]);
+          mma_bf16(acc_low[n], au, b[1][0], b[1][1]);
+          mma_bf16(acc[n], au, b[0][0], b[0][1]);
         }
       }
     }
@@ -281,18 +335,44 @@ void add_mma_product(MmaProducts& p, const LinearWeight& w, float* y) {
   p.block0[j + 1] = p.block0[j] + blocks_for(w.out, kMmaColumns);
 }
 
+// Whether the launch's products stage their weight tiles (the same bits either way): rows of
+// whole 16-byte chunks starting on 16 bytes, 16 of them within kMmaStageBytes.
+bool staged_fits(const MmaProducts& p, int64_t in) {
+  if (!g_linear_staged.load(std::memory_order_relaxed) || in % 8 != 0 ||
+      kMmaColumns * stage_stride(in) > kMmaStageBytes)
+    return false;
+  for (int j = 0; j < p.n; ++j)
+    if (reinterpret_cast<uintptr_t>(p.w[j]) % 16 != 0) return false;
+  return true;
+}
+
+template <bool Several, bool Staged>
+void launch_mma(const MmaProducts& p, dim3 grid, int threads, const float* x, int64_t rows,
+                int64_t in, bool vec_x, cudaStream_t stream) {
+  auto* kernel = linear_bf16_mma_kernel<Several, Staged>;
+  const int64_t bytes = Staged ? kMmaColumns * stage_stride(in) : 0;
+  static std::atomic<int64_t> allowed{0};
+  if (Staged) allow_shared(kernel, bytes, allowed, "linear bf16 mma staged");
+  launch(kernel, grid, threads, static_cast<size_t>(bytes), stream, p, x, rows, in, vec_x);
+}
+
 void launch_mma_products(const MmaProducts& p, const float* x, int64_t rows, int64_t in,
                          cudaStream_t stream) {
   int widest = 0;
   for (int j = 1; j < p.n; ++j)
     if (p.block0[j + 1] - p.block0[j] > p.block0[widest + 1] - p.block0[widest]) widest = j;
-  const int slices = p.slices[widest];
+  const int threads = 32 * p.slices[widest];
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && in % 4 == 0;
   const dim3 grid(p.block0[p.n], blocks_for(rows, kMmaRows));
-  if (p.n == 1)
-    launch(linear_bf16_mma_kernel<false>, grid, 32 * slices, 0, stream, p, x, rows, in, vec_x);
+  const bool staged = staged_fits(p, in);
+  if (p.n == 1 && staged)
+    launch_mma<false, true>(p, grid, threads, x, rows, in, vec_x, stream);
+  else if (p.n == 1)
+    launch_mma<false, false>(p, grid, threads, x, rows, in, vec_x, stream);
+  else if (staged)
+    launch_mma<true, true>(p, grid, threads, x, rows, in, vec_x, stream);
   else
-    launch(linear_bf16_mma_kernel<true>, grid, 32 * slices, 0, stream, p, x, rows, in, vec_x);
+    launch_mma<true, false>(p, grid, threads, x, rows, in, vec_x, stream);
 }
 
 std::string product_name(const char* kind, int64_t rows, int64_t in) {
@@ -363,10 +443,17 @@ void check_linear_environment() {
   const std::string v = linear_environment();
   if (!v.empty() && v != "cores" && v != "tensor")
     throw Error("DRAMA_CUDA_LINEAR=" + v + ": cores or tensor");
+  const char* s = std::getenv("DRAMA_CUDA_LINEAR_STAGED");
+  if (s && *s && std::string(s) != "0" && std::string(s) != "1")
+    throw Error(std::string("DRAMA_CUDA_LINEAR_STAGED=") + s + ": 0 or 1");
 }
 
 bool set_tensor_linear_flag(bool on) {
   return g_tensor_linear.exchange(on, std::memory_order_relaxed);
+}
+
+bool set_linear_staged_flag(bool on) {
+  return g_linear_staged.exchange(on, std::memory_order_relaxed);
 }
 
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,

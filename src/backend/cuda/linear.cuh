@@ -25,6 +25,9 @@ bool launch_linears(const Backend::Product* products, int64_t n, const float* x,
 // CUDA backend of the process; set_tensor_linear_flag returns the previous setting.
 bool tensor_linear();
 bool set_tensor_linear_flag(bool on);
+// Whether the tensor-core products stage their weight tiles in shared memory where they fit
+// (DRAMA_CUDA_LINEAR_STAGED unset or 1; the same bits as without); returns the previous setting.
+bool set_linear_staged_flag(bool on);
 // Throws drama::Error when DRAMA_CUDA_LINEAR is set to neither "cores" nor "tensor".
 void check_linear_environment();
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,
