@@ -167,8 +167,8 @@ template <bool Several, bool Staged>
 __global__ void __maxnreg__(Staged ? 80 : 128)
     linear_bf16_mma_kernel(const MmaProducts products, const float* __restrict__ x, int64_t rows,
                            int64_t in, bool vec_x) {
-  __shared__ float partial[kMmaMaxSlices][kMmaRows][kMmaColumns + 1];
-  extern __shared__ __align__(16) uint8_t tile[];  // Staged: the block's weight rows
+  // Dynamic shared memory: staged, the block's weight rows; otherwise the slices' partial sums.
+  extern __shared__ __align__(16) uint8_t tile[];
   // Several: the block's product by its column blocks. One product: index 0, a constant, so its
   // fields are read as the single-product kernel read its arguments (a dynamic index into the
   // parameters measured 8% slower on a lone product, H100 2026-12-05: 15.0 against 13.9 us).
@@ -203,6 +203,17 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
   const int64_t row_tiles = (rows - r0 + 7) / 8;
   const int ntiles = static_cast<int>(row_tiles < kMmaTilesN ? row_tiles : kMmaTilesN);
   const int64_t steps = (in + 15) / 16;
+  // Slice sl's partial sum of (activation row rr, column oo). Staged, it is written over the
+  // slice's own inputs in the tile (row rr's bytes from input 16 * sl * steps_per_slice on: only
+  // the slice's warp reads them, it has finished with them (__syncwarp), and at least 64 bytes lie
+  // there before the row's end, the stride keeping 32 beyond the last input), so the partials
+  // take no shared memory of their own; otherwise a [slice][row][column + 1] array.
+  auto partial = [&](int sl, int rr, int oo) -> float& {
+    if constexpr (Staged)
+      return reinterpret_cast<float*>(tile + rr * stride + sl * steps_per_slice * 32)[oo];
+    else
+      return reinterpret_cast<float*>(tile)[(sl * kMmaRows + rr) * (kMmaColumns + 1) + oo];
+  };
   // A slice's sum, from zero into its own partials: the same whichever warp makes it.
   auto run_slice = [&](int slice) {
     const int64_t s0 = slice * steps_per_slice;
@@ -274,12 +285,13 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
         for (int q = 0; q < 4; ++q)
           f(8 * n + 2 * t + (q & 1), g + 8 * (q >> 1), acc[n][q] + acc_low[n][q]);
     };
+    __syncwarp();  // staged: every lane is done reading the slice's inputs before they are written
     if (slices == 1)
       each([&](int rr, int oo, float v) {
         if (r0 + rr < rows && o0 + oo < out) y[(r0 + rr) * out + o0 + oo] = v;
       });
     else
-      each([&](int rr, int oo, float v) { partial[slice][rr][oo] = v; });
+      each([&](int rr, int oo, float v) { partial(slice, rr, oo) = v; });
   };
   // One product (Several false): a warp per slice, as launched. Several: warp w runs slices w,
   // w + warps, ... (the loop costs spills: 124 bytes at 128 registers, sm_90a, so one product
@@ -295,8 +307,8 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
   for (int e = threadIdx.x; e < kMmaRows * kMmaColumns; e += blockDim.x) {
     const int rr = e / kMmaColumns, oo = e % kMmaColumns;
     if (r0 + rr >= rows || o0 + oo >= out) continue;
-    float sum = partial[0][rr][oo];
-    for (int sl = 1; sl < slices; ++sl) sum += partial[sl][rr][oo];
+    float sum = partial(0, rr, oo);
+    for (int sl = 1; sl < slices; ++sl) sum += partial(sl, rr, oo);
     y[(r0 + rr) * out + o0 + oo] = sum;
   }
 }
@@ -350,9 +362,10 @@ template <bool Several, bool Staged>
 void launch_mma(const MmaProducts& p, dim3 grid, int threads, const float* x, int64_t rows,
                 int64_t in, bool vec_x, cudaStream_t stream) {
   auto* kernel = linear_bf16_mma_kernel<Several, Staged>;
-  const int64_t bytes = Staged ? kMmaColumns * stage_stride(in) : 0;
+  const int64_t bytes = Staged ? kMmaColumns * stage_stride(in)
+                               : int64_t{kMmaMaxSlices} * kMmaRows * (kMmaColumns + 1) * 4;
   static std::atomic<int64_t> allowed{0};
-  if (Staged) allow_shared(kernel, bytes, allowed, "linear bf16 mma staged");
+  allow_shared(kernel, bytes, allowed, "linear bf16 mma");
   launch(kernel, grid, threads, static_cast<size_t>(bytes), stream, p, x, rows, in, vec_x);
 }
 
