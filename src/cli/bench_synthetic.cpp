@@ -346,8 +346,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor)
   // and with the other attention kernel (DRAMA_CUDA_ATTENTION: names ending _attention_v1/_v2),
   // and with the tensor-core products' weight tiles not staged where they are (the same bits,
-  // DRAMA_CUDA_LINEAR_STAGED: names ending _unstaged), and with version 3's expert rows not staged
-  // where they are (the same bits, DRAMA_CUDA_EXPERTS_STAGED: names ending _experts_unstaged).
+  // DRAMA_CUDA_LINEAR_STAGED: names ending _unstaged).
   // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N. The paired step also runs
   // as a graph with its two rows identical (paired_batch2_same_routing_graph): one routing for
   // both, as a trained model's guidance branches mostly choose (drama-mini's share 94% of their
@@ -362,7 +361,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     bool other_attention = false;
     bool same_rows = false;
     bool unstaged = false;
-    bool experts_unstaged = false;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
@@ -375,7 +373,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   bool tensor_default = false;
   int attention_default = 0;
   int64_t wide_default = 0;
-  bool staged_default = false, experts_staged_default = false;
+  bool staged_default = false;
   if (on_cuda) {
     wide_default = cuda::set_wide_rows(b, 0);
     cuda::set_wide_rows(b, wide_default);
@@ -394,11 +392,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     if (staged_default)
       for (const int64_t rows : all_rows)
         step_runs.push_back({0, rows, true, false, false, false, false, true});
-    experts_staged_default = cuda::set_experts_staged(b, false);
-    cuda::set_experts_staged(b, experts_staged_default);
-    if (experts_staged_default)
-      for (const int64_t rows : all_rows)
-        step_runs.push_back({0, rows, true, false, false, false, false, false, true});
   }
 #endif
   auto rows_name = [](int64_t rows) {
@@ -449,7 +442,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       cuda::set_attention_version(b,
                                   run.other_attention ? 3 - attention_default : attention_default);
       cuda::set_linear_staged(b, run.unstaged ? false : staged_default);
-      cuda::set_experts_staged(b, run.experts_unstaged ? false : experts_staged_default);
     }
 #endif
     const RowTables tables = step_tables(rows);
@@ -499,8 +491,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     nlohmann::json& row =
         results[rows_name(rows) + (same ? "_same_routing" : "") + suffix(version, "_experts_v") +
                 (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "") + other_kernel +
-                (run.unstaged ? "_unstaged" : "") +
-                (run.experts_unstaged ? "_experts_unstaged" : "")];
+                (run.unstaged ? "_unstaged" : "")];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},
@@ -526,7 +517,6 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     cuda::set_tensor_linear(b, tensor_default);
     cuda::set_attention_version(b, attention_default);
     cuda::set_linear_staged(b, staged_default);
-    cuda::set_experts_staged(b, experts_staged_default);
   }
 #endif
   // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):

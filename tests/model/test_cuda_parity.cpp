@@ -528,29 +528,22 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   // Two runs compared bitwise: (version, v3 wide rows, v3 split ahead) each. Version 3 in its own
   // layout (wide never) and in the wide one (from one row on): one arithmetic, two layouts
   // (moe.cu); its own layout splitting the activations in the kernel and reading them split.
-  // Version 3's own layout also with its weight rows staged in shared memory and not (where the
-  // shapes allow: hidden or intermediate a multiple of 256 here).
   struct Layouts {
     const char* name[2];
     int version[2];
     int64_t wide_rows[2];
     bool ahead[2];
-    bool staged[2];
   };
-  const Layouts layouts[] = {
-      {{"v1", "v2"}, {1, 2}, {0, 0}, {true, true}, {true, true}},
-      {{"v3", "v3 wide"}, {3, 3}, {0, 1}, {true, true}, {true, true}},
-      {{"v3 split in the kernel", "v3"}, {3, 3}, {0, 0}, {false, true}, {true, true}},
-      {{"v3 unstaged", "v3"}, {3, 3}, {0, 0}, {true, true}, {false, true}}};
+  const Layouts layouts[] = {{{"v1", "v2"}, {1, 2}, {0, 0}, {true, true}},
+                             {{"v3", "v3 wide"}, {3, 3}, {0, 1}, {true, true}},
+                             {{"v3 split in the kernel", "v3"}, {3, 3}, {0, 0}, {false, true}}};
   const int version_before = cuda::set_moe_experts_version(b, 2);
   const int64_t wide_before = cuda::set_wide_rows(b, 0);
   const bool ahead_before = cuda::set_split_ahead(b, true);
-  const bool staged_before = cuda::set_experts_staged(b, true);
-  const AtExit restore{[&b, version_before, wide_before, ahead_before, staged_before] {
+  const AtExit restore{[&b, version_before, wide_before, ahead_before] {
     cuda::set_moe_experts_version(b, version_before);
     cuda::set_wide_rows(b, wide_before);
     cuda::set_split_ahead(b, ahead_before);
-    cuda::set_experts_staged(b, staged_before);
   }};
   struct Shape {
     int64_t hidden, inter, n_stored, k, extra_slots, x_offset;
@@ -634,7 +627,6 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
             cuda::set_moe_experts_version(b, lay.version[which]);
             cuda::set_wide_rows(b, lay.wide_rows[which]);
             cuda::set_split_ahead(b, lay.ahead[which]);
-            cuda::set_experts_staged(b, lay.staged[which]);
             b.upload(out->data(), zeros.data(), n * 4);
             poison(b, ws->f32(), ws_floats);  // a read of workspace the call did not write: NaN
             b.moe_experts(table.data(), n_stored, xp, rows, H,
@@ -660,10 +652,10 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 3 * 5 * 4);  // shapes, mixes, row counts, pairs of layouts
+  EXPECT_EQ(checked, 4 * 3 * 5 * 3);  // shapes, mixes, row counts, pairs of layouts
   std::printf(
       "%d (shape, mix, rows, layouts) grouped expert calls bitwise equal: v1 and v2, v3 and v3 "
-      "wide, v3 splitting in the kernel and ahead, v3 staged and not\n",
+      "wide, v3 splitting in the kernel and ahead\n",
       checked);
 #endif
 }

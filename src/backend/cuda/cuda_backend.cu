@@ -429,10 +429,6 @@ bool set_split_ahead(Backend& backend, bool on) {
   return switch_kernel(backend, on, set_split_ahead_flag);
 }
 
-bool set_experts_staged(Backend& backend, bool on) {
-  return switch_kernel(backend, on, set_experts_staged_flag);
-}
-
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {
   CudaBackend& cuda = cuda_of(backend);
   if (g_timer.on) throw Error("time_each_kernel: already timing");

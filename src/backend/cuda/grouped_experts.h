@@ -41,13 +41,6 @@ int64_t set_wide_rows(Backend& backend, int64_t rows);
 // Throws drama::Error when `backend` is not the CUDA backend.
 bool set_split_ahead(Backend& backend, bool on);
 
-// Sets whether version 3's own layout of the grouped expert kernels stages each block's weight rows
-// in shared memory where the shapes allow (true, the default unless DRAMA_CUDA_EXPERTS_STAGED=0;
-// the same bits either way: moe.cu) for every CUDA backend of the process. Drops `backend`'s
-// captured graphs and returns the previous setting. Throws drama::Error when `backend` is not the
-// CUDA backend.
-bool set_experts_staged(Backend& backend, bool on);
-
 // Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when
 // it holds none for the key. Throws drama::Error when `backend` is not the CUDA backend.
 int64_t captured_graph_nodes(Backend& backend, const std::string& key);

@@ -655,45 +655,6 @@ __device__ __forceinline__ void v3_weights(const uint8_t* codes, const uint8_t* 
   }
 }
 
-// Staged (where the shapes allow: v3_stage_bytes; the default unless DRAMA_CUDA_EXPERTS_STAGED=0):
-// once its expert is known a block copies its weight rows (each matrix's codes and block scales,
-// all of `in`) into shared memory with cp.async, all at once, and reads them there instead of a
-// group at a time from global memory: the same values into the same operations, the same bits.
-// Code rows are padded to a stride of 64 mod 128 bytes and scale rows to 16 mod 128, so a
-// quarter warp's 16-byte code reads and a warp's 2-byte scale reads meet no bank twice.
-std::atomic<bool> g_experts_staged{[] {
-  const char* v = std::getenv("DRAMA_CUDA_EXPERTS_STAGED");
-  return !(v && std::string(v) == "0");
-}()};
-__host__ __device__ constexpr int64_t v3_code_stride(int64_t in) {
-  return (in / 2 + 127) / 128 * 128 + 64;
-}
-__host__ __device__ constexpr int64_t v3_scale_stride(int64_t in) {
-  return (in / 16 + 127) / 128 * 128 + 16;
-}
-// Shared bytes of a staged block (0: not staged): rows of whole 16-byte chunks only.
-int64_t v3_stage_bytes(int nw, int64_t in) {
-  if (!g_experts_staged.load(std::memory_order_relaxed) || in % 256 != 0) return 0;
-  return nw * kV3Cols * (v3_code_stride(in) + v3_scale_stride(in));
-}
-
-// v3_weights from the staged rows: one 16-byte read of the 32 codes, one 2-byte read of the two
-// block scales (in % 256 == 0: both halves lie inside `in` when the first does).
-__device__ __forceinline__ void v3_weights_staged(const uint8_t* codes, const uint8_t* scales,
-                                                  int64_t in, int64_t kb, bool valid,
-                                                  uint32_t (&w)[4], uint32_t (&sc)[2]) {
-  if (valid && kb < in) {
-    const uint4 c = *reinterpret_cast<const uint4*>(codes + kb / 2);
-    w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
-    const uint16_t s = *reinterpret_cast<const uint16_t*>(scales + kb / 16);
-    sc[0] = e4m3_bf16x2(static_cast<uint8_t>(s & 0xff));
-    sc[1] = e4m3_bf16x2(static_cast<uint8_t>(s >> 8));
-  } else {
-    w[0] = w[1] = w[2] = w[3] = 0;
-    sc[0] = sc[1] = 0;
-  }
-}
-
 // Three blocks an SM (ptxas, sm_90a: gate/up 80 registers with 116 bytes of spills, down 79 and
 // none; without the bound 126 and 94, two blocks): at one row the 384 gate/up blocks of 8 experts
 // then fit one wave of the H200's 132 SMs. On the H200 (2026-12-04 18:43, against 18:27) the
@@ -709,10 +670,9 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
                         int64_t inter, const float* __restrict__ x, bool vec_x,
                         uint32_t* __restrict__ xs, int64_t pairs, int64_t k, int64_t out_slots,
                         int64_t groups_per_slice, uint32_t* __restrict__ acts, float* workspace,
-                        bool stage, float* __restrict__ out) {
+                        float* __restrict__ out) {
   pdl_entry();
   __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
-  extern __shared__ __align__(16) uint8_t wtile[];  // staged: codes, then block scales
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   ChosenExpert chosen;
   if (!chosen_expert(m, blockIdx.x, chosen)) return;  // the whole block
@@ -726,31 +686,7 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
   const int64_t groups = (in + 127) / 128;
   const int64_t q0 = warp * groups_per_slice;
   const int64_t q1 = q0 + groups_per_slice < groups ? q0 + groups_per_slice : groups;
-  // Staged: the launch gave the shared memory (stage) and every row starts on 16 bytes.
-  bool staged = stage;
-#pragma unroll
-  for (int w = 0; w < NW; ++w)
-    staged = staged && reinterpret_cast<uintptr_t>(e.data[first[w]]) % 16 == 0 &&
-             reinterpret_cast<uintptr_t>(e.scales[first[w]]) % 16 == 0;
-  const int64_t cstride = v3_code_stride(in), sstride = v3_scale_stride(in);
-  uint8_t* const stile = wtile + NW * kV3Cols * cstride;  // the staged block scales
-  if (staged) {
-    const int64_t nrows = columns - o0 < kV3Cols ? columns - o0 : kV3Cols;
-    const int64_t cch = in / 32, sch = in / 256, per_row = cch + sch;
-    for (int64_t i = threadIdx.x; i < NW * nrows * per_row; i += blockDim.x) {
-      const int64_t wr = i / per_row, c = i % per_row, r = wr % nrows;
-      const int w = static_cast<int>(wr / nrows), which = NW == 2 ? w : 2;
-      if (c < cch)
-        cp_async16(wtile + (w * kV3Cols + r) * cstride + 16 * c,
-                   static_cast<const uint8_t*>(e.data[which]) + (o0 + r) * (in / 2) + 16 * c);
-      else
-        cp_async16(stile + (w * kV3Cols + r) * sstride + 16 * (c - cch),
-                   e.scales[which] + (o0 + r) * (in / 16) + 16 * (c - cch));
-    }
-    cp_async_commit();
-  }
-  // Weight rows o0 + g and o0 + g + 8 of each matrix (codes, scales), when they exist: in global
-  // memory, or staged.
+  // Weight rows o0 + g and o0 + g + 8 of each matrix (codes, scales), when they exist.
   const uint8_t* codes[NW][2];
   const uint8_t* scl[NW][2];
   bool valid[2];
@@ -760,13 +696,8 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     valid[h] = o < columns;
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
-      if (staged) {
-        codes[w][h] = wtile + (w * kV3Cols + g + 8 * h) * cstride;
-        scl[w][h] = stile + (w * kV3Cols + g + 8 * h) * sstride;
-      } else {
-        codes[w][h] = static_cast<const uint8_t*>(e.data[first[w]]) + (valid[h] ? o : 0) * (in / 2);
-        scl[w][h] = e.scales[first[w]] + (valid[h] ? o : 0) * (in / 16);
-      }
+      codes[w][h] = static_cast<const uint8_t*>(e.data[first[w]]) + (valid[h] ? o : 0) * (in / 2);
+      scl[w][h] = e.scales[first[w]] + (valid[h] ? o : 0) * (in / 16);
     }
   }
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
@@ -784,10 +715,6 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
         xrow = NW == 2 ? x + row * hidden : m.act + row * inter;
       }
     }
-    if (staged && i0 == 0) {  // the copies, waited for after the first tile's row lookups
-      cp_async_wait(0);
-      __syncthreads();
-    }
     float acc[NW][4], acc_low[NW][4];
 #pragma unroll
     for (int w = 0; w < NW; ++w)
@@ -800,12 +727,9 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
       for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          if (staged)
-            v3_weights_staged(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
-          else
-            v3_weights(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
-            // The activation terms, split ahead (chunk kb / 4 + s of the row), four steps at a time
-            // (all eight at once spill: 324 bytes for gate/up, 68 for down, sm_90a).
+          v3_weights(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
+          // The activation terms, split ahead (chunk kb / 4 + s of the row), four steps at a time
+          // (all eight at once spill: 324 bytes for gate/up, 68 for down, sm_90a).
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         uint4 va[4];
@@ -1147,10 +1071,6 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
   check_launch(from_zero ? "expert_sum" : "expert_combine");
 }
 
-bool set_experts_staged_flag(bool on) {
-  return g_experts_staged.exchange(on, std::memory_order_relaxed);
-}
-
 bool set_split_ahead_flag(bool on) {
   return g_split_ahead.exchange(on, std::memory_order_relaxed);
 }
@@ -1245,25 +1165,13 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
     }
     const dim3 up_grid(slots, blocks_for(inter, kV3Cols)),
         down_grid(slots, blocks_for(hidden, kV3Cols));
-    auto* up_kernel = ahead ? moe_nvfp4_v3_kernel<2, true> : moe_nvfp4_v3_kernel<2, false>;
-    auto* down_kernel = ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>;
-    const int64_t up_bytes = v3_stage_bytes(2, hidden), down_bytes = v3_stage_bytes(1, inter);
-    static std::atomic<int64_t> up_allowed[2], down_allowed[2];
-    // (the opt-in counts the kernel's static partials too: the default limit is on their sum)
-    auto with_static = [](int64_t bytes, int nw) {
-      return bytes > 0 ? bytes + int64_t{kV3MaxSlices} * nw * 8 * (kV3Cols + 1) * 4 : 0;
-    };
-    allow_shared(up_kernel, with_static(up_bytes, 2), up_allowed[ahead],
-                 "moe_experts v3 gate/up staged");
-    allow_shared(down_kernel, with_static(down_bytes, 1), down_allowed[ahead],
-                 "moe_experts v3 down staged");
-    launch(up_kernel, up_grid, 32 * up.slices, static_cast<size_t>(up_bytes), stream, experts,
-           n_stored, hidden, inter, x, vec_x, split.xs, pairs, k, out_slots, up.groups_per_slice,
-           split.acts, workspace, up_bytes > 0, out);
+    launch(ahead ? moe_nvfp4_v3_kernel<2, true> : moe_nvfp4_v3_kernel<2, false>, up_grid,
+           32 * up.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_x, split.xs, pairs,
+           k, out_slots, up.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts gate/up (v3)");
-    launch(down_kernel, down_grid, 32 * down.slices, static_cast<size_t>(down_bytes), stream,
-           experts, n_stored, hidden, inter, x, vec_act, split.xs, pairs, k, out_slots,
-           down.groups_per_slice, split.acts, workspace, down_bytes > 0, out);
+    launch(ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>, down_grid,
+           32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act, split.xs,
+           pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts down (v3)");
     return;
   }

@@ -42,9 +42,6 @@ int64_t set_wide_rows_flag(int64_t rows);
 // Sets whether version 3's own layout reads its activations split ahead (true, the default) or
 // splits them in the kernel as before (the same bits); returns the previous setting.
 bool set_split_ahead_flag(bool on);
-// Whether version 3's own layout stages each block's weight rows in shared memory where the shapes
-// allow (DRAMA_CUDA_EXPERTS_STAGED unset or not 0; the same bits either way); returns the previous.
-bool set_experts_staged_flag(bool on);
 // Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count.
 void check_wide_environment();
 // Device floats launch_moe_experts uses of its workspace (at most Backend::moe_workspace_floats).
