@@ -244,12 +244,13 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     };
     for (int64_t sa = s0; sa < s1; sa += kMmaAhead) {
       uint32_t a[Staged ? 1 : kMmaAhead][4];
-      if constexpr (!Staged)
+      if constexpr (!Staged) {
 #pragma unroll
         for (int u = 0; u < kMmaAhead; ++u) fragment(sa, u, a[u]);
-          // Row tile by row tile, the tile's activations of all kMmaAhead steps loaded at once (one
-          // latency for the steps, not one a step), then their arithmetic; the order of any
-          // element's operations is the same.
+      }
+      // Row tile by row tile, the tile's activations of all kMmaAhead steps loaded at once (one
+      // latency for the steps, not one a step), then their arithmetic; the order of any element's
+      // operations is the same.
 #pragma unroll
       for (int n = 0; n < kMmaTilesN; ++n) {
         if (n >= ntiles) break;
