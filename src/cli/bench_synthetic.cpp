@@ -353,10 +353,10 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // experts: results/routing-overlap-drama-mini.json), where the plain paired rows (other frame
   // codes) route apart under the random router.
   struct StepRun {
-    int version;
-    int64_t rows;
-    bool captured;
-    bool no_pdl;
+    int version = 0;
+    int64_t rows = 1;
+    bool captured = false;
+    bool no_pdl = false;
     bool other_linear = false;
     bool other_attention = false;
     bool same_rows = false;
@@ -365,9 +365,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   std::vector<StepRun> step_runs;
   for (const int v : versions)
     for (const int64_t rows : {int64_t{1}, int64_t{2}})
-      step_runs.push_back({v, rows, false, false});
-  for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false});
-  step_runs.push_back({0, 2, true, false, false, false, true});
+      step_runs.push_back({.version = v, .rows = rows});
+  for (const int64_t rows : all_rows) step_runs.push_back({.rows = rows, .captured = true});
+  step_runs.push_back({.rows = 2, .captured = true, .same_rows = true});
 #ifdef DRAMA_WITH_CUDA
   const bool pdl_default = on_cuda && cuda::set_programmatic_launch(b, true);
   bool tensor_default = false;
@@ -384,14 +384,16 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     cuda::set_attention_version(b, attention_default);
     if (pdl_default)
       for (const int64_t rows : {int64_t{1}, int64_t{2}})
-        step_runs.push_back({0, rows, true, true});
-    for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, true});
-    for (const int64_t rows : all_rows) step_runs.push_back({0, rows, true, false, false, true});
+        step_runs.push_back({.rows = rows, .captured = true, .no_pdl = true});
+    for (const int64_t rows : all_rows)
+      step_runs.push_back({.rows = rows, .captured = true, .other_linear = true});
+    for (const int64_t rows : all_rows)
+      step_runs.push_back({.rows = rows, .captured = true, .other_attention = true});
     staged_default = cuda::set_linear_staged(b, false);
     cuda::set_linear_staged(b, staged_default);
     if (staged_default)
       for (const int64_t rows : all_rows)
-        step_runs.push_back({0, rows, true, false, false, false, false, true});
+        step_runs.push_back({.rows = rows, .captured = true, .unstaged = true});
   }
 #endif
   auto rows_name = [](int64_t rows) {
