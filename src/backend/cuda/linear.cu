@@ -333,8 +333,10 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
 // for 21 MB of weights). Here a block owns kWideColumns columns (a warp each 16) and 8 x Tiles
 // rows, and stages both operands in shared memory a chunk of kWideChunk inputs at a time
 // (cp.async, kWideStages chunks in flight), so an activation is read once per kWideColumns
-// columns and a weight once per 8 x Tiles rows. Each warp runs its columns' whole reduction: the
-// product's slices (mma_slices) one after the other, each from zero in the same step order with
+// columns and a weight once per 8 x Tiles rows. The block splits each chunk's activations into
+// their three bfloat16 terms once (the narrow layout's operations: the same terms), for all its
+// warps, which then read mma's B words as they are. Each warp runs its columns' whole reduction:
+// the product's slices (mma_slices) one after the other, each from zero in the same step order with
 // the same three mma a step (lo, then mid into acc_low, hi into acc), and adds each slice's sum
 // (acc + acc_low) to a running total in slice order, slice 0's sum being the start: the additions
 // the narrow layout makes of its partials. So every element has the narrow layout's bits
@@ -346,12 +348,20 @@ constexpr int kWideColumns = 16 * kWideWarps;
 constexpr int kWideChunk = 64;  // inputs a stage holds: four 16-input steps
 constexpr int kWideStages = 3;
 // Row strides in shared memory: a weight row's 128 bytes plus 32 (the 8-byte reads of a half warp,
-// rows g .. g + 3 at lanes t = 0 .. 3, fall on distinct banks), an activation row's 256 bytes
-// plus 64 (the 16-byte reads of a quarter warp, rows g and g + 1, likewise).
+// rows g .. g + 3 at lanes t = 0 .. 3, fall on distinct banks); a staged activation row's 256
+// bytes; a split row's plane A (16 bytes for 4 inputs: hi and mid terms) 256 bytes plus 64 (the
+// 16-byte reads of a quarter warp, rows g and g + 1, on distinct banks) and plane B (8 bytes for
+// 4 inputs: lo terms) 128 plus 32 (a half warp's 8-byte reads, rows g .. g + 3, likewise).
 constexpr int kWideWStride = kWideChunk * 2 + 32;
-constexpr int kWideXStride = kWideChunk * 4 + 64;
+constexpr int kWideXStride = kWideChunk * 4;
+constexpr int kWideAStride = kWideChunk * 4 + 64;
+constexpr int kWideBStride = kWideChunk * 2 + 32;
 __host__ __device__ constexpr int wide_stage_bytes(int tiles) {
   return kWideColumns * kWideWStride + 8 * tiles * kWideXStride;
+}
+// All the shared memory of a block: the stages, then the split activations of one chunk.
+__host__ __device__ constexpr int wide_shared_bytes(int tiles) {
+  return kWideStages * wide_stage_bytes(tiles) + 8 * tiles * (kWideAStride + kWideBStride);
 }
 
 template <bool Several, int Tiles>
@@ -409,17 +419,37 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   }
   const int64_t row_tiles = (rows - r0 + 7) / 8;
   const int ntiles = static_cast<int>(row_tiles < Tiles ? row_tiles : Tiles);
+  uint8_t* split_a = smem + kWideStages * stage_bytes;
+  uint8_t* split_b = split_a + 8 * Tiles * kWideAStride;
   float acc[Tiles][4], acc_low[Tiles][4], total[Tiles][4];
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait(kWideStages - 2);
-    __syncthreads();  // chunk c is in; every warp is done with chunk c - 1's stage
+    __syncthreads();  // chunk c is in; every warp is done with chunk c - 1's stage and split
     if (c + kWideStages - 1 < chunks) {
       load_w(c + kWideStages - 1, (c + kWideStages - 1) % kWideStages);
       load_x(c + kWideStages - 1, (c + kWideStages - 1) % kWideStages);
     }
     cp_async_commit();
     const uint8_t* sw = smem + (c % kWideStages) * stage_bytes;
-    const uint8_t* sx = sw + kWideColumns * kWideWStride;
+    {
+      // Inputs 4 p .. 4 p + 3 of row rr, split as the narrow layout splits them before its mma.
+      const uint8_t* sx = sw + kWideColumns * kWideWStride;
+      for (int i = threadIdx.x; i < 8 * Tiles * (kWideChunk / 4); i += blockDim.x) {
+        const int rr = i / (kWideChunk / 4), p = i % (kWideChunk / 4);
+        float4 v = *reinterpret_cast<const float4*>(sx + rr * kWideXStride + 16 * p);
+        uint32_t b[3][2];
+#pragma unroll
+        for (int term = 0; term < 3; ++term) {
+          b[term][0] = take_upper_halves(v.x, v.y);
+          b[term][1] = take_upper_halves(v.z, v.w);
+        }
+        *reinterpret_cast<uint4*>(split_a + rr * kWideAStride + 16 * p) =
+            make_uint4(b[0][0], b[0][1], b[1][0], b[1][1]);
+        *reinterpret_cast<uint2*>(split_b + rr * kWideBStride + 8 * p) =
+            make_uint2(b[2][0], b[2][1]);
+      }
+      __syncthreads();  // the chunk's split activations are in
+    }
 #pragma unroll
     for (int u = 0; u < kWideChunk / 16; ++u) {
       const int s = c * (kWideChunk / 16) + u;
@@ -439,17 +469,14 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
 #pragma unroll
       for (int n = 0; n < Tiles; ++n) {
         if (n >= ntiles) break;
-        float4 v = *reinterpret_cast<const float4*>(sx + (8 * n + g) * kWideXStride +
-                                                    (16 * u + 4 * t) * 4);
-        uint32_t b[3][2];
-#pragma unroll
-        for (int term = 0; term < 3; ++term) {
-          b[term][0] = take_upper_halves(v.x, v.y);
-          b[term][1] = take_upper_halves(v.z, v.w);
-        }
-        mma_bf16(acc_low[n], a, b[2][0], b[2][1]);
-        mma_bf16(acc_low[n], a, b[1][0], b[1][1]);
-        mma_bf16(acc[n], a, b[0][0], b[0][1]);
+        // Row 8 n + g's inputs 16 u + 4 t .. + 3: their hi and mid terms, then their lo terms.
+        const uint4 va = *reinterpret_cast<const uint4*>(split_a + (8 * n + g) * kWideAStride +
+                                                         (4 * u + t) * 16);
+        const uint2 vb =
+            *reinterpret_cast<const uint2*>(split_b + (8 * n + g) * kWideBStride + (4 * u + t) * 8);
+        mma_bf16(acc_low[n], a, vb.x, vb.y);
+        mma_bf16(acc_low[n], a, va.z, va.w);
+        mma_bf16(acc[n], a, va.x, va.y);
       }
       if ((s + 1) % per == 0 || s + 1 == steps) {  // the slice's end
         const bool first_slice = s < per;
@@ -522,18 +549,6 @@ bool staged_fits(const MmaProducts& p, int64_t in) {
   return true;
 }
 
-// Whether a launch of `rows` rows takes the wide layout (the same bits either way): from the
-// threshold on, inputs in whole chunks, every operand on 16 bytes.
-bool wide_fits(const MmaProducts& p, const float* x, int64_t rows, int64_t in) {
-  const int64_t from = g_linear_wide_rows.load(std::memory_order_relaxed);
-  if (from == 0 || rows < (from < 0 ? kLinearWideRows : from) || in % kWideChunk != 0 ||
-      reinterpret_cast<uintptr_t>(x) % 16 != 0)
-    return false;
-  for (int j = 0; j < p.n; ++j)
-    if (reinterpret_cast<uintptr_t>(p.w[j]) % 16 != 0) return false;
-  return true;
-}
-
 int multiprocessors() {
   static const int n = [] {
     int device = 0, count = 0;
@@ -545,13 +560,27 @@ int multiprocessors() {
   return n;
 }
 
+// Whether a launch of `rows` rows takes the wide layout (the same bits either way): from the
+// threshold on, inputs in whole chunks, every operand on 16 bytes, and (at the default threshold)
+// blocks of 16 rows making a block for every SM (the router's 128 columns at 192 rows make 12:
+// the narrow layout's 96 ran 5x as fast, H100 2026-12-06).
+bool wide_fits(const MmaProducts& p, const float* x, int64_t rows, int64_t in) {
+  const int64_t from = g_linear_wide_rows.load(std::memory_order_relaxed);
+  if (from == 0 || rows < (from < 0 ? kLinearWideRows : from) || in % kWideChunk != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return false;
+  for (int j = 0; j < p.n; ++j)
+    if (reinterpret_cast<uintptr_t>(p.w[j]) % 16 != 0) return false;
+  return from > 0 || int64_t{p.wide0[p.n]} * blocks_for(rows, 16) >= multiprocessors();
+}
+
 // The wide layout: 4 row tiles a block (32 rows) where that makes a block for every SM, else 2.
 template <bool Several>
 void launch_wide(const MmaProducts& p, const float* x, int64_t rows, int64_t in,
                  cudaStream_t stream) {
   const bool four = int64_t{p.wide0[p.n]} * blocks_for(rows, 32) >= multiprocessors();
   auto* kernel = four ? linear_bf16_wide_kernel<Several, 4> : linear_bf16_wide_kernel<Several, 2>;
-  const int64_t bytes = int64_t{kWideStages} * wide_stage_bytes(four ? 4 : 2);
+  const int64_t bytes = wide_shared_bytes(four ? 4 : 2);
   static std::atomic<int64_t> allowed4{0}, allowed2{0};
   allow_shared(kernel, bytes, four ? allowed4 : allowed2, "linear bf16 wide");
   launch(kernel, dim3(p.wide0[p.n], blocks_for(rows, four ? 32 : 16)), 32 * kWideWarps,
