@@ -18,7 +18,9 @@
 # DRAMA_LANES_CORES (a lane list): the lanes search also with DRAMA_CUDA_LINEAR=cores, side by side;
 # DRAMA_LANES_ATTENTION_V1 and DRAMA_LANES_V3 the same with DRAMA_CUDA_ATTENTION=v1 and
 # DRAMA_CUDA_EXPERTS=v3; DRAMA_LANES_BASELINE with bundle/drama-baseline (the code before a change);
-# DRAMA_LANES_V3_NARROW with v3 in its own layout only (DRAMA_CUDA_WIDE_ROWS=0). DRAMA_BENCH_EXPERTS (versions, e.g. "v3"): the decode bench again with each
+# DRAMA_LANES_V3_NARROW with v3 in its own layout only (DRAMA_CUDA_WIDE_ROWS=0);
+# DRAMA_LANES_LINEAR_NARROW with the BF16 products never in their wide layout
+# (DRAMA_CUDA_LINEAR_WIDE_ROWS=0). DRAMA_BENCH_EXPERTS (versions, e.g. "v3"): the decode bench again with each
 # as the default grouped expert kernel (decode-experts-V-$card.json). DRAMA_NCU_VERSIONS: the expert
 # kernel versions Nsight Compute profiles at one row (default "v1 v2").
 # Receipts are named with the card nvidia-smi names (decode-h200.json on an H200, decode-h100.json on
@@ -214,6 +216,12 @@ PY
     lanes_search 300 "$DRAMA_LANES_V3_NARROW" lanes-v3-narrow-$card.json DRAMA_CUDA_EXPERTS=v3 \
       DRAMA_CUDA_WIDE_ROWS=0
     echo "lanes (experts v3, wide layout off) exit $?"
+  fi
+  # The BF16 products without their wide layout (DRAMA_CUDA_LINEAR_WIDE_ROWS=0: the same bits).
+  if [ -n "${DRAMA_LANES_LINEAR_NARROW:-}" ]; then
+    lanes_search 300 "$DRAMA_LANES_LINEAR_NARROW" lanes-linear-narrow-$card.json \
+      DRAMA_CUDA_LINEAR_WIDE_ROWS=0
+    echo "lanes (BF16 products narrow) exit $?"
   fi
   if [ -n "${DRAMA_LANES_CORES:-}" ]; then
     lanes_search 300 "$DRAMA_LANES_CORES" lanes-cores-$card.json DRAMA_CUDA_LINEAR=cores

@@ -361,6 +361,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     bool other_attention = false;
     bool same_rows = false;
     bool unstaged = false;
+    // CUDA's tensor-core products in one layout at every row count (0: the default's choice by
+    // rows; 1: narrow, 2: wide; the same bits: linear.cu).
+    int linear_layout = 0;
   };
   std::vector<StepRun> step_runs;
   for (const int v : versions)
@@ -374,6 +377,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   int attention_default = 0;
   int64_t wide_default = 0;
   bool staged_default = false;
+  int64_t wide_linear_default = -1;
   if (on_cuda) {
     wide_default = cuda::set_wide_rows(b, 0);
     cuda::set_wide_rows(b, wide_default);
@@ -394,6 +398,12 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     if (staged_default)
       for (const int64_t rows : all_rows)
         step_runs.push_back({.rows = rows, .captured = true, .unstaged = true});
+    wide_linear_default = cuda::set_linear_wide_rows(b, -1);
+    cuda::set_linear_wide_rows(b, wide_linear_default);
+    for (const int layout : {1, 2})
+      for (const int64_t rows : all_rows)
+        if (rows >= 8)
+          step_runs.push_back({.rows = rows, .captured = true, .linear_layout = layout});
   }
 #endif
   auto rows_name = [](int64_t rows) {
@@ -444,6 +454,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       cuda::set_attention_version(b,
                                   run.other_attention ? 3 - attention_default : attention_default);
       cuda::set_linear_staged(b, run.unstaged ? false : staged_default);
+      cuda::set_linear_wide_rows(b, run.linear_layout == 0   ? wide_linear_default
+                                    : run.linear_layout == 1 ? 0
+                                                             : 1);
     }
 #endif
     const RowTables tables = step_tables(rows);
@@ -489,6 +502,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
 #ifdef DRAMA_WITH_CUDA
     if (run.other_linear) other_kernel = tensor_default ? "_linear_cores" : "_linear_tensor";
     if (run.other_attention) other_kernel = "_attention_v" + std::to_string(3 - attention_default);
+    if (run.linear_layout)
+      other_kernel = run.linear_layout == 1 ? "_linear_narrow" : "_linear_wide";
 #endif
     nlohmann::json& row =
         results[rows_name(rows) + (same ? "_same_routing" : "") + suffix(version, "_experts_v") +
@@ -519,6 +534,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     cuda::set_tensor_linear(b, tensor_default);
     cuda::set_attention_version(b, attention_default);
     cuda::set_linear_staged(b, staged_default);
+    cuda::set_linear_wide_rows(b, wide_linear_default);
   }
 #endif
   // On CUDA: one launched step of each batch with every kernel timed alone (time_each_kernel):

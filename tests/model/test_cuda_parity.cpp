@@ -315,21 +315,26 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
 // (4096 and 512 outputs: 8 and 16 slices) and every row count the batch test uses.
 //
 // Each also with the weight tiles staged in shared memory and not (DRAMA_CUDA_LINEAR_STAGED,
-// linear.cu): the same bits (in 2050 is not staged: rows not in whole 16-byte chunks).
+// linear.cu), and in the wide layout at every row count (DRAMA_CUDA_LINEAR_WIDE_ROWS): the same
+// bits (in 2050 is not staged: rows not in whole 16-byte chunks; in 144 and 2050 have no wide
+// layout, not whole 64-input chunks; in 320's two slices of 10 steps end inside a chunk; at 100
+// rows q, k and v take the wide layout's 4 row tiles a block, at 64 and fewer its 2).
 TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
 #ifdef DRAMA_WITH_CUDA
   const bool staged_before = cuda::set_linear_staged(b, true);
-  const AtExit restore{[&b, staged_before] { cuda::set_linear_staged(b, staged_before); }};
+  const int64_t wide_before = cuda::set_linear_wide_rows(b, 0);
+  const AtExit restore{[&b, staged_before, wide_before] {
+    cuda::set_linear_staged(b, staged_before);
+    cuda::set_linear_wide_rows(b, wide_before);
+  }};
 #endif
   std::mt19937 gen(13);
   std::normal_distribution<float> normal;
-  const std::vector<std::pair<int64_t, std::vector<int64_t>>> shapes = {{2048, {4096, 512, 512}},
-                                                                        {144, {37, 19, 24}},
-                                                                        {64, {128, 128}},
-                                                                        {2050, {16, 48, 8, 40}},
-                                                                        {4096, {2048, 2049}}};
+  const std::vector<std::pair<int64_t, std::vector<int64_t>>> shapes = {
+      {2048, {4096, 512, 512}}, {144, {37, 19, 24}},  {64, {128, 128}},
+      {2050, {16, 48, 8, 40}},  {4096, {2048, 2049}}, {320, {40, 136}}};
   int checked = 0;
   for (const auto& [in, outs] : shapes)
     for (const int64_t rows : {1, 2, 3, 8, 64, 100}) {
@@ -347,12 +352,15 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
       for (auto& v : x) v = normal(gen);
       auto xd = b.alloc(x.size() * 4);
       b.upload(xd->data(), x.data(), x.size() * 4);
-      // Runs: one call each, in one launch, then both again with the tiles unstaged.
-      std::vector<std::vector<float>> got[4];
-      for (int run = 0; run < 4; ++run) {
+      // Runs: one call each, in one launch, then both again with the tiles unstaged, then both
+      // in the wide layout.
+      const char* layouts[] = {"staged", "unstaged", "wide"};
+      std::vector<std::vector<float>> got[6];
+      for (int run = 0; run < 6; ++run) {
         const bool fused = run % 2 == 1;
 #ifdef DRAMA_WITH_CUDA
         cuda::set_linear_staged(b, run < 2);
+        cuda::set_linear_wide_rows(b, run < 4 ? 0 : 1);
 #endif
         std::vector<std::unique_ptr<DeviceBuffer>> y;
         std::vector<Backend::Product> products;
@@ -376,15 +384,14 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
         EXPECT_TRUE(std::all_of(got[1][j].begin(), got[1][j].end(),
                                 [](float v) { return std::isfinite(v); }))
             << "product " << j << " has elements linears never wrote, rows " << rows;
-        for (int run = 1; run < 4; ++run)
+        for (int run = 1; run < 6; ++run)
           EXPECT_EQ(std::memcmp(got[0][j].data(), got[run][j].data(), got[0][j].size() * 4), 0)
               << "product " << j << " (" << outs[j] << "x" << in << ") rows " << rows << " run "
-              << run << (run % 2 ? " (one launch)" : " (one call each)")
-              << (run < 2 ? ", staged" : ", unstaged");
+              << run << (run % 2 ? " (one launch), " : " (one call each), ") << layouts[run / 2];
         ++checked;
       }
     }
-  EXPECT_EQ(checked, (3 + 3 + 2 + 4 + 2) * 6);
+  EXPECT_EQ(checked, (3 + 3 + 2 + 4 + 2 + 2) * 6);
 }
 
 // expert_sum (the combine started from zero, its output never read) gives the bits of fill with

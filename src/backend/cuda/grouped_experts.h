@@ -67,6 +67,13 @@ bool set_tensor_linear(Backend& backend, bool on);
 // the previous setting. Throws drama::Error when `backend` is not the CUDA backend.
 bool set_linear_staged(Backend& backend, bool on);
 
+// Sets from how many rows the tensor-core BF16 products take their wide layout (the same bits
+// either way: linear.cu) for every CUDA backend of the process: -1 the default
+// (DRAMA_CUDA_LINEAR_WIDE_ROWS, else 64), 0 never, N > 0 from N rows on. Drops `backend`'s
+// captured graphs and returns the previous setting. Throws drama::Error when `backend` is not the
+// CUDA backend or rows < -1.
+int64_t set_linear_wide_rows(Backend& backend, int64_t rows);
+
 // Switches the attention kernel of every CUDA backend of the process between version 2 (the query
 // heads of a KV head sharing its cache reads, the default) and version 1 (a block per query head:
 // DRAMA_CUDA_ATTENTION=v1), drops `backend`'s captured graphs, and returns the previous version.

@@ -112,6 +112,14 @@ std::atomic<bool> g_linear_staged{[] {
   return !(v && std::string(v) == "0");
 }()};
 
+// DRAMA_CUDA_LINEAR_WIDE_ROWS: unset or empty, the wide layout (linear_bf16_wide_kernel) from
+// kLinearWideRows rows on; N > 0, from N rows on; 0, never. Held as -1 for the first.
+constexpr int64_t kLinearWideRows = 64;
+std::atomic<int64_t> g_linear_wide_rows{[] {
+  const char* v = std::getenv("DRAMA_CUDA_LINEAR_WIDE_ROWS");
+  return v && *v ? std::atoll(v) : int64_t{-1};
+}()};
+
 // Four consecutive BF16 weights of row `row` from input k (zeros past in or out), as two words.
 __device__ __forceinline__ uint2 mma_weights(const uint16_t* __restrict__ w, int64_t row,
                                              int64_t out, int64_t in, int64_t k, bool vec) {
@@ -156,7 +164,10 @@ struct MmaProducts {
   int64_t steps_per_slice[kMaxProducts];
   int slices[kMaxProducts];
   bool vec_w[kMaxProducts];
-  unsigned block0[kMaxProducts + 1];  // product j owns column blocks [block0[j], block0[j + 1])
+  // Product j owns column blocks [block0[j], block0[j + 1]); wide0 the same in the wide layout's
+  // blocks of kWideColumns.
+  unsigned block0[kMaxProducts + 1] = {};
+  unsigned wide0[kMaxProducts + 1] = {};
 };
 
 // Registers: 128 on the register path (one block of 512 threads an SM); staged at most 80 (ptxas,
@@ -314,6 +325,184 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
   }
 }
 
+// ---- The wide layout of the tensor-core products: the same bits, for many rows ----
+//
+// linear_bf16_mma_kernel's arithmetic laid out for steps of many rows (the lanes of a busy
+// server). There a block owns 16 columns and 16 rows, so each row's activations are read once for
+// every 16 columns (q, k and v at 192 rows: 320 column blocks, 490 MB of activation reads from L2
+// for 21 MB of weights). Here a block owns kWideColumns columns (a warp each 16) and 8 x Tiles
+// rows, and stages both operands in shared memory a chunk of kWideChunk inputs at a time
+// (cp.async, kWideStages chunks in flight), so an activation is read once per kWideColumns
+// columns and a weight once per 8 x Tiles rows. The block splits each chunk's activations into
+// their three bfloat16 terms once (the narrow layout's operations: the same terms), for all its
+// warps, which then read mma's B words as they are. Each warp runs its columns' whole reduction:
+// the product's slices (mma_slices) one after the other, each from zero in the same step order with
+// the same three mma a step (lo, then mid into acc_low, hi into acc), and adds each slice's sum
+// (acc + acc_low) to a running total in slice order, slice 0's sum being the start: the additions
+// the narrow layout makes of its partials. So every element has the narrow layout's bits
+// (LinearsEqualOneLinearCallEachBitwise checks it), whichever layout runs. The weight chunks of
+// the first stages are requested before griddepcontrol.wait (weights are never written by a step),
+// the activations after it.
+constexpr int kWideWarps = 8;
+constexpr int kWideColumns = 16 * kWideWarps;
+constexpr int kWideChunk = 64;  // inputs a stage holds: four 16-input steps
+constexpr int kWideStages = 3;
+// Row strides in shared memory: a weight row's 128 bytes plus 32 (the 8-byte reads of a half warp,
+// rows g .. g + 3 at lanes t = 0 .. 3, fall on distinct banks); a staged activation row's 256
+// bytes; a split row's plane A (16 bytes for 4 inputs: hi and mid terms) 256 bytes plus 64 (the
+// 16-byte reads of a quarter warp, rows g and g + 1, on distinct banks) and plane B (8 bytes for
+// 4 inputs: lo terms) 128 plus 32 (a half warp's 8-byte reads, rows g .. g + 3, likewise).
+constexpr int kWideWStride = kWideChunk * 2 + 32;
+constexpr int kWideXStride = kWideChunk * 4;
+constexpr int kWideAStride = kWideChunk * 4 + 64;
+constexpr int kWideBStride = kWideChunk * 2 + 32;
+__host__ __device__ constexpr int wide_stage_bytes(int tiles) {
+  return kWideColumns * kWideWStride + 8 * tiles * kWideXStride;
+}
+// All the shared memory of a block: the stages, then the split activations of one chunk.
+__host__ __device__ constexpr int wide_shared_bytes(int tiles) {
+  return kWideStages * wide_stage_bytes(tiles) + 8 * tiles * (kWideAStride + kWideBStride);
+}
+
+template <bool Several, int Tiles>
+__global__ void __launch_bounds__(32 * kWideWarps, 2)
+    linear_bf16_wide_kernel(const MmaProducts products, const float* __restrict__ x, int64_t rows,
+                            int64_t in) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  int j = 0;
+  if constexpr (Several)
+    while (j + 1 < products.n && blockIdx.x >= products.wide0[j + 1]) ++j;
+  const uint16_t* __restrict__ w = products.w[j];
+  float* __restrict__ y = products.y[j];
+  const int64_t out = products.out[j];
+  const int per = static_cast<int>(products.steps_per_slice[j]);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x - products.wide0[j]) * kWideColumns;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 8 * Tiles;
+  const int chunks = static_cast<int>(in / kWideChunk), steps = static_cast<int>(in / 16);
+  constexpr int stage_bytes = wide_stage_bytes(Tiles);
+  // Chunk c of the block's weight rows and activation rows into stage st; rows past out or rows
+  // are zeros (never stored).
+  auto load_w = [&](int c, int st) {
+    uint8_t* sw = smem + st * stage_bytes;
+    for (int i = threadIdx.x; i < kWideColumns * 8; i += blockDim.x) {
+      const int r = i / 8, piece = i % 8;
+      uint8_t* d = sw + r * kWideWStride + 16 * piece;
+      if (o0 + r < out)
+        cp_async16(d, w + (o0 + r) * in + c * kWideChunk + 8 * piece);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto load_x = [&](int c, int st) {
+    uint8_t* sx = smem + st * stage_bytes + kWideColumns * kWideWStride;
+    for (int i = threadIdx.x; i < 8 * Tiles * 16; i += blockDim.x) {
+      const int rr = i / 16, piece = i % 16;
+      uint8_t* d = sx + rr * kWideXStride + 16 * piece;
+      if (r0 + rr < rows)
+        cp_async16(d, x + (r0 + rr) * in + c * kWideChunk + 4 * piece);
+      else
+        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  // Groups: the first stages' weights (one each), then their activations (one each), then one a
+  // chunk; waiting for all but the kWideStages - 2 newest leaves chunk c complete at its turn.
+  for (int st = 0; st < kWideStages - 1; ++st) {
+    if (st < chunks) load_w(st, st);
+    cp_async_commit();
+  }
+  pdl_entry();
+  for (int st = 0; st < kWideStages - 1; ++st) {
+    if (st < chunks) load_x(st, st);
+    cp_async_commit();
+  }
+  const int64_t row_tiles = (rows - r0 + 7) / 8;
+  const int ntiles = static_cast<int>(row_tiles < Tiles ? row_tiles : Tiles);
+  uint8_t* split_a = smem + kWideStages * stage_bytes;
+  uint8_t* split_b = split_a + 8 * Tiles * kWideAStride;
+  float acc[Tiles][4], acc_low[Tiles][4], total[Tiles][4];
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait(kWideStages - 2);
+    __syncthreads();  // chunk c is in; every warp is done with chunk c - 1's stage and split
+    if (c + kWideStages - 1 < chunks) {
+      load_w(c + kWideStages - 1, (c + kWideStages - 1) % kWideStages);
+      load_x(c + kWideStages - 1, (c + kWideStages - 1) % kWideStages);
+    }
+    cp_async_commit();
+    const uint8_t* sw = smem + (c % kWideStages) * stage_bytes;
+    {
+      // Inputs 4 p .. 4 p + 3 of row rr, split as the narrow layout splits them before its mma.
+      const uint8_t* sx = sw + kWideColumns * kWideWStride;
+      for (int i = threadIdx.x; i < 8 * Tiles * (kWideChunk / 4); i += blockDim.x) {
+        const int rr = i / (kWideChunk / 4), p = i % (kWideChunk / 4);
+        float4 v = *reinterpret_cast<const float4*>(sx + rr * kWideXStride + 16 * p);
+        uint32_t b[3][2];
+#pragma unroll
+        for (int term = 0; term < 3; ++term) {
+          b[term][0] = take_upper_halves(v.x, v.y);
+          b[term][1] = take_upper_halves(v.z, v.w);
+        }
+        *reinterpret_cast<uint4*>(split_a + rr * kWideAStride + 16 * p) =
+            make_uint4(b[0][0], b[0][1], b[1][0], b[1][1]);
+        *reinterpret_cast<uint2*>(split_b + rr * kWideBStride + 8 * p) =
+            make_uint2(b[2][0], b[2][1]);
+      }
+      __syncthreads();  // the chunk's split activations are in
+    }
+#pragma unroll
+    for (int u = 0; u < kWideChunk / 16; ++u) {
+      const int s = c * (kWideChunk / 16) + u;
+      if (s % per == 0) {  // a slice starts from zero
+#pragma unroll
+        for (int n = 0; n < Tiles; ++n)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+      }
+      // The narrow layout's A fragment: rows g and g + 8 of the warp's 16, inputs 4t .. 4t + 3
+      // of the step.
+      const uint2 row_g = *reinterpret_cast<const uint2*>(sw + (warp * 16 + g) * kWideWStride +
+                                                          (16 * u + 4 * t) * 2);
+      const uint2 row_g8 = *reinterpret_cast<const uint2*>(sw + (warp * 16 + g + 8) * kWideWStride +
+                                                           (16 * u + 4 * t) * 2);
+      const uint32_t a[4] = {row_g.x, row_g8.x, row_g.y, row_g8.y};
+#pragma unroll
+      for (int n = 0; n < Tiles; ++n) {
+        if (n >= ntiles) break;
+        // Row 8 n + g's inputs 16 u + 4 t .. + 3: their hi and mid terms, then their lo terms.
+        const uint4 va = *reinterpret_cast<const uint4*>(split_a + (8 * n + g) * kWideAStride +
+                                                         (4 * u + t) * 16);
+        const uint2 vb =
+            *reinterpret_cast<const uint2*>(split_b + (8 * n + g) * kWideBStride + (4 * u + t) * 8);
+        mma_bf16(acc_low[n], a, vb.x, vb.y);
+        mma_bf16(acc_low[n], a, va.z, va.w);
+        mma_bf16(acc[n], a, va.x, va.y);
+      }
+      if ((s + 1) % per == 0 || s + 1 == steps) {  // the slice's end
+        const bool first_slice = s < per;
+#pragma unroll
+        for (int n = 0; n < Tiles; ++n)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const float part = acc[n][q] + acc_low[n][q];
+            total[n][q] = first_slice ? part : total[n][q] + part;
+          }
+      }
+    }
+  }
+  cp_async_wait(0);  // nothing left in flight when the block exits
+  // Lane (g, t) holds column g (+ 8) of its warp's 16, rows 8 n + 2 t (+ 1) of each tile.
+#pragma unroll
+  for (int n = 0; n < Tiles; ++n) {
+    if (n >= ntiles) break;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int64_t r = r0 + 8 * n + 2 * t + (q & 1), o = o0 + warp * 16 + g + 8 * (q >> 1);
+      if (r < rows && o < out) y[r * out + o] = total[n][q];
+    }
+  }
+}
+
 __global__ void dequantize_kernel(WeightFormat format, const void* data, const uint8_t* scales,
                                   float scale2, int64_t in, int64_t row0, int64_t count,
                                   float* out) {
@@ -346,6 +535,7 @@ void add_mma_product(MmaProducts& p, const LinearWeight& w, float* y) {
   p.slices[j] = sl.slices;
   p.vec_w[j] = reinterpret_cast<uintptr_t>(w.data) % 8 == 0 && w.in % 4 == 0;
   p.block0[j + 1] = p.block0[j] + blocks_for(w.out, kMmaColumns);
+  p.wide0[j + 1] = p.wide0[j] + blocks_for(w.out, kWideColumns);
 }
 
 // Whether the launch's products stage their weight tiles (the same bits either way): rows of
@@ -359,6 +549,44 @@ bool staged_fits(const MmaProducts& p, int64_t in) {
   return true;
 }
 
+int multiprocessors() {
+  static const int n = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      return 132;
+    return count;
+  }();
+  return n;
+}
+
+// Whether a launch of `rows` rows takes the wide layout (the same bits either way): from the
+// threshold on, inputs in whole chunks, every operand on 16 bytes, and (at the default threshold)
+// blocks of 16 rows making a block for every SM (the router's 128 columns at 192 rows make 12:
+// the narrow layout's 96 ran 5x as fast, H100 2026-12-06).
+bool wide_fits(const MmaProducts& p, const float* x, int64_t rows, int64_t in) {
+  const int64_t from = g_linear_wide_rows.load(std::memory_order_relaxed);
+  if (from == 0 || rows < (from < 0 ? kLinearWideRows : from) || in % kWideChunk != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return false;
+  for (int j = 0; j < p.n; ++j)
+    if (reinterpret_cast<uintptr_t>(p.w[j]) % 16 != 0) return false;
+  return from > 0 || int64_t{p.wide0[p.n]} * blocks_for(rows, 16) >= multiprocessors();
+}
+
+// The wide layout: 4 row tiles a block (32 rows) where that makes a block for every SM, else 2.
+template <bool Several>
+void launch_wide(const MmaProducts& p, const float* x, int64_t rows, int64_t in,
+                 cudaStream_t stream) {
+  const bool four = int64_t{p.wide0[p.n]} * blocks_for(rows, 32) >= multiprocessors();
+  auto* kernel = four ? linear_bf16_wide_kernel<Several, 4> : linear_bf16_wide_kernel<Several, 2>;
+  const int64_t bytes = wide_shared_bytes(four ? 4 : 2);
+  static std::atomic<int64_t> allowed4{0}, allowed2{0};
+  allow_shared(kernel, bytes, four ? allowed4 : allowed2, "linear bf16 wide");
+  launch(kernel, dim3(p.wide0[p.n], blocks_for(rows, four ? 32 : 16)), 32 * kWideWarps,
+         static_cast<size_t>(bytes), stream, p, x, rows, in);
+}
+
 template <bool Several, bool Staged>
 void launch_mma(const MmaProducts& p, dim3 grid, int threads, const float* x, int64_t rows,
                 int64_t in, bool vec_x, cudaStream_t stream) {
@@ -370,8 +598,16 @@ void launch_mma(const MmaProducts& p, dim3 grid, int threads, const float* x, in
   launch(kernel, grid, threads, static_cast<size_t>(bytes), stream, p, x, rows, in, vec_x);
 }
 
-void launch_mma_products(const MmaProducts& p, const float* x, int64_t rows, int64_t in,
+// Returns whether the wide layout ran.
+bool launch_mma_products(const MmaProducts& p, const float* x, int64_t rows, int64_t in,
                          cudaStream_t stream) {
+  if (wide_fits(p, x, rows, in)) {
+    if (p.n == 1)
+      launch_wide<false>(p, x, rows, in, stream);
+    else
+      launch_wide<true>(p, x, rows, in, stream);
+    return true;
+  }
   int widest = 0;
   for (int j = 1; j < p.n; ++j)
     if (p.block0[j + 1] - p.block0[j] > p.block0[widest + 1] - p.block0[widest]) widest = j;
@@ -387,6 +623,7 @@ void launch_mma_products(const MmaProducts& p, const float* x, int64_t rows, int
     launch_mma<true, true>(p, grid, threads, x, rows, in, vec_x, stream);
   else
     launch_mma<true, false>(p, grid, threads, x, rows, in, vec_x, stream);
+  return false;
 }
 
 std::string product_name(const char* kind, int64_t rows, int64_t in) {
@@ -401,11 +638,11 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
   const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
   const unsigned threads = 32 * kWarpsPerBlock;
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && w.in % 4 == 0;
+  bool wide = false;
   if (w.format == WeightFormat::BF16 && tensor_linear()) {
     MmaProducts p;
-    p.block0[0] = 0;
     add_mma_product(p, w, y);
-    launch_mma_products(p, x, rows, w.in, stream);
+    wide = launch_mma_products(p, x, rows, w.in, stream);
   } else if (w.format == WeightFormat::NVFP4)
     launch(linear_kernel<WeightFormat::NVFP4>, grid, threads, 0, stream, w.data, w.scales, w.scale2,
            x, rows, w.in, w.out, vec_x, y);
@@ -414,6 +651,7 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
            x, rows, w.in, w.out, vec_x, y);
   if (timing_kernels()) {
     const std::string name = product_name(w.format == WeightFormat::NVFP4 ? "linear nvfp4 "
+                                          : wide                          ? "linear bf16 wide "
                                           : tensor_linear()               ? "linear bf16 mma "
                                                                           : "linear bf16 ",
                                           rows, w.in) +
@@ -433,11 +671,11 @@ bool launch_linears(const Backend::Product* products, int64_t n, const float* x,
   }
   if (rows <= 0) return true;
   MmaProducts p;
-  p.block0[0] = 0;
   for (int64_t j = 0; j < n; ++j) add_mma_product(p, *products[j].w, products[j].y);
-  launch_mma_products(p, x, rows, products[0].w->in, stream);
+  const bool wide = launch_mma_products(p, x, rows, products[0].w->in, stream);
   if (timing_kernels()) {
-    std::string name = product_name("linears bf16 mma ", rows, products[0].w->in);
+    std::string name =
+        product_name(wide ? "linears bf16 wide " : "linears bf16 mma ", rows, products[0].w->in);
     for (int64_t j = 0; j < n; ++j) {
       if (j) name += '+';
       name += std::to_string(products[j].w->out);
@@ -460,6 +698,10 @@ void check_linear_environment() {
   const char* s = std::getenv("DRAMA_CUDA_LINEAR_STAGED");
   if (s && *s && std::string(s) != "0" && std::string(s) != "1")
     throw Error(std::string("DRAMA_CUDA_LINEAR_STAGED=") + s + ": 0 or 1");
+  const char* r = std::getenv("DRAMA_CUDA_LINEAR_WIDE_ROWS");
+  if (r && *r && std::string(r).find_first_not_of("0123456789") != std::string::npos)
+    throw Error(std::string("DRAMA_CUDA_LINEAR_WIDE_ROWS=") + r +
+                ": a row count from which the wide layout runs (0: never)");
 }
 
 bool set_tensor_linear_flag(bool on) {
@@ -468,6 +710,12 @@ bool set_tensor_linear_flag(bool on) {
 
 bool set_linear_staged_flag(bool on) {
   return g_linear_staged.exchange(on, std::memory_order_relaxed);
+}
+
+int64_t set_linear_wide_rows_flag(int64_t rows) {
+  if (rows < -1)
+    throw Error("linear wide rows " + std::to_string(rows) + ": -1 (the default), 0 or more");
+  return g_linear_wide_rows.exchange(rows, std::memory_order_relaxed);
 }
 
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,

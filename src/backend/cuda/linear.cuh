@@ -28,6 +28,10 @@ bool set_tensor_linear_flag(bool on);
 // Whether the tensor-core products stage their weight tiles in shared memory where they fit
 // (DRAMA_CUDA_LINEAR_STAGED unset or 1; the same bits as without); returns the previous setting.
 bool set_linear_staged_flag(bool on);
+// From how many rows the tensor-core products take the wide layout (DRAMA_CUDA_LINEAR_WIDE_ROWS:
+// unset, the default; N > 0, from N rows; 0, never; the same bits either way); returns the
+// previous setting (-1: the default).
+int64_t set_linear_wide_rows_flag(int64_t rows);
 // Throws drama::Error when DRAMA_CUDA_LINEAR is set to neither "cores" nor "tensor".
 void check_linear_environment();
 void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out,

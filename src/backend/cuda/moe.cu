@@ -888,6 +888,13 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     a = split_a(NW == 2 ? xs : acts, row, in);
     b = split_b(NW == 2 ? xs : acts, row, in);
   };
+  // A thread stages the same kPassShare of a pass's (pair, 4-input chunk) slots in every chunk:
+  // pair (threadIdx.x + 256 s) / 32 of the pass, chunk threadIdx.x % 32 of the group. Their split
+  // rows are found once a pass (a load of the grouped order and a division each), not once a chunk.
+  constexpr int kPassShare = kWidePairs * 32 / (32 * kWideWarps);
+  const uint4* share_a[kPassShare];
+  const uint2* share_b[kPassShare];
+  int64_t share_pass = -1;
   // Chunk c (pass c / groups, group c % groups) into stage `st`: what lies past `in`, past the
   // columns or past the expert's pairs is zeros, as version 3 reads it.
   auto load = [&](int64_t c, int st) {
@@ -895,7 +902,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     uint8_t* ss = sc + NW * kWideCols * 64;
     uint32_t* sxa = reinterpret_cast<uint32_t*>(ss + NW * kWideCols * 8);
     uint32_t* sxb = sxa + kWidePairs * kWideXStride;
-    const int64_t i0 = (c / groups) * kWidePairs, q = c % groups, k0 = 128 * q;
+    const int64_t pass = c / groups;
+    const int64_t i0 = pass * kWidePairs, q = c - pass * groups, k0 = 128 * q;
     const int64_t len = in - k0 < 128 ? in - k0 : 128;  // a multiple of 16
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
@@ -930,16 +938,23 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
         }
       }
     }
-    for (int i = threadIdx.x; i < kWidePairs * 32; i += blockDim.x) {
+    if (pass != share_pass) {
+#pragma unroll
+      for (int sh = 0; sh < kPassShare; ++sh) {
+        const int pr = (threadIdx.x + 32 * kWideWarps * sh) / 32;
+        if (i0 + pr < n) pair_split(i0 + pr, share_a[sh], share_b[sh]);
+      }
+      share_pass = pass;
+    }
+#pragma unroll
+    for (int sh = 0; sh < kPassShare; ++sh) {
+      const int i = threadIdx.x + 32 * kWideWarps * sh;
       const int pr = i / 32, j = i % 32;  // inputs 4 j .. 4 j + 3 of the group: chunk k0 / 4 + j
       uint32_t* da = sxa + pr * kWideXStride + (j / 8) * kWideLaneRun + (j % 8) * 4;
       uint32_t* db = sxb + pr * kWideXStrideB + (j / 8) * kWideLaneRunB + (j % 8) * 2;
       if (i0 + pr < n && 4 * j < len) {
-        const uint4* a;
-        const uint2* b;
-        pair_split(i0 + pr, a, b);
-        cp_async16(da, a + k0 / 4 + j);
-        cp_async8(db, b + k0 / 4 + j);
+        cp_async16(da, share_a[sh] + k0 / 4 + j);
+        cp_async8(db, share_b[sh] + k0 / 4 + j);
       } else {
         *reinterpret_cast<uint4*>(da) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint2*>(db) = make_uint2(0, 0);
