@@ -386,7 +386,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   // are zeros (never stored).
   auto load_w = [&](int c, int st) {
     uint8_t* sw = smem + st * stage_bytes;
-    for (int i = threadIdx.x; i < kWideColumns * 8; i += blockDim.x) {
+#pragma unroll
+    for (int i = threadIdx.x; i < kWideColumns * 8; i += 32 * kWideWarps) {
       const int r = i / 8, piece = i % 8;
       uint8_t* d = sw + r * kWideWStride + 16 * piece;
       if (o0 + r < out)
@@ -397,7 +398,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   };
   auto load_x = [&](int c, int st) {
     uint8_t* sx = smem + st * stage_bytes + kWideColumns * kWideWStride;
-    for (int i = threadIdx.x; i < 8 * Tiles * 16; i += blockDim.x) {
+#pragma unroll
+    for (int i = threadIdx.x; i < 8 * Tiles * 16; i += 32 * kWideWarps) {
       const int rr = i / 16, piece = i % 16;
       uint8_t* d = sx + rr * kWideXStride + 16 * piece;
       if (r0 + rr < rows)
@@ -422,6 +424,10 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   uint8_t* split_a = smem + kWideStages * stage_bytes;
   uint8_t* split_b = split_a + 8 * Tiles * kWideAStride;
   float acc[Tiles][4], acc_low[Tiles][4], total[Tiles][4];
+  // The step's place in its slice and whether a slice has ended yet, counted (not a division by
+  // the runtime slice length a step).
+  int in_slice = 0;
+  bool first_slice = true;
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait(kWideStages - 2);
     __syncthreads();  // chunk c is in; every warp is done with chunk c - 1's stage and split
@@ -434,7 +440,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     {
       // Inputs 4 p .. 4 p + 3 of row rr, split as the narrow layout splits them before its mma.
       const uint8_t* sx = sw + kWideColumns * kWideWStride;
-      for (int i = threadIdx.x; i < 8 * Tiles * (kWideChunk / 4); i += blockDim.x) {
+#pragma unroll
+      for (int i = threadIdx.x; i < 8 * Tiles * (kWideChunk / 4); i += 32 * kWideWarps) {
         const int rr = i / (kWideChunk / 4), p = i % (kWideChunk / 4);
         float4 v = *reinterpret_cast<const float4*>(sx + rr * kWideXStride + 16 * p);
         uint32_t b[3][2];
@@ -453,7 +460,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
 #pragma unroll
     for (int u = 0; u < kWideChunk / 16; ++u) {
       const int s = c * (kWideChunk / 16) + u;
-      if (s % per == 0) {  // a slice starts from zero
+      if (in_slice == 0) {  // a slice starts from zero
 #pragma unroll
         for (int n = 0; n < Tiles; ++n)
 #pragma unroll
@@ -478,8 +485,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
         mma_bf16(acc_low[n], a, va.z, va.w);
         mma_bf16(acc[n], a, va.x, va.y);
       }
-      if ((s + 1) % per == 0 || s + 1 == steps) {  // the slice's end
-        const bool first_slice = s < per;
+      if (++in_slice == per || s + 1 == steps) {  // the slice's end
 #pragma unroll
         for (int n = 0; n < Tiles; ++n)
 #pragma unroll
@@ -487,6 +493,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
             const float part = acc[n][q] + acc_low[n][q];
             total[n][q] = first_slice ? part : total[n][q] + part;
           }
+        first_slice = false;
+        in_slice = 0;
       }
     }
   }

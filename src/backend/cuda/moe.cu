@@ -895,21 +895,29 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   const uint4* share_a[kPassShare];
   const uint2* share_b[kPassShare];
   int64_t share_pass = -1;
-  // Chunk c (pass c / groups, group c % groups) into stage `st`: what lies past `in`, past the
+  // The next chunk to load (chunks go in order: pass by pass, group by group), counted, not
+  // divided out of a chunk index (a 64-bit division by the runtime group count).
+  int64_t load_pass = 0, load_q = 0;
+  // The next chunk (pass load_pass, group load_q) into stage `st`: what lies past `in`, past the
   // columns or past the expert's pairs is zeros, as version 3 reads it.
-  auto load = [&](int64_t c, int st) {
+  auto load = [&](int st) {
     uint8_t* sc = smem + st * stage_bytes;
     uint8_t* ss = sc + NW * kWideCols * 64;
     uint32_t* sxa = reinterpret_cast<uint32_t*>(ss + NW * kWideCols * 8);
     uint32_t* sxb = sxa + kWidePairs * kWideXStride;
-    const int64_t pass = c / groups;
-    const int64_t i0 = pass * kWidePairs, q = c - pass * groups, k0 = 128 * q;
+    const int64_t pass = load_pass, q = load_q;
+    if (++load_q == groups) {
+      load_q = 0;
+      ++load_pass;
+    }
+    const int64_t i0 = pass * kWidePairs, k0 = 128 * q;
     const int64_t len = in - k0 < 128 ? in - k0 : 128;  // a multiple of 16
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
       const uint8_t* codes = static_cast<const uint8_t*>(e.data[first[w]]);
       const uint8_t* scales = e.scales[first[w]];
-      for (int i = threadIdx.x; i < kWideCols * 8; i += blockDim.x) {
+#pragma unroll
+      for (int i = threadIdx.x; i < kWideCols * 8; i += 32 * kWideWarps) {
         const int r = i / 8, piece = i % 8;
         const int64_t o = o0 + r;
         uint8_t* d = sc + (w * kWideCols + r) * 64 + piece * 8;
@@ -923,7 +931,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
           *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
         }
       }
-      for (int r = threadIdx.x; r < kWideCols; r += blockDim.x) {
+      for (int r = threadIdx.x; r < kWideCols; r += 32 * kWideWarps) {
         const int64_t o = o0 + r;
         uint8_t* d = ss + (w * kWideCols + r) * 8;
         if (o < columns) {
@@ -963,23 +971,23 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   };
   float acc[kWideTiles][NW][4], acc_low[kWideTiles][NW][4], total[kWideTiles][NW][4] = {};
   for (int st = 0; st < kWideStages - 1; ++st) {
-    if (st < chunks) load(st, st);
+    if (st < chunks) load(st);
     cp_async_commit();
   }
+  // Chunk c's pass, group and place in its slice, counted.
+  int64_t pass = 0, q = 0, in_slice = 0;
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t q = c % groups;
     cp_async_wait(kWideStages - 2);
     __syncthreads();  // chunk c is in; every warp is done with chunk c - 1's stage
-    if (c + kWideStages - 1 < chunks)
-      load(c + kWideStages - 1, static_cast<int>((c + kWideStages - 1) % kWideStages));
+    if (c + kWideStages - 1 < chunks) load(static_cast<int>((c + kWideStages - 1) % kWideStages));
     cp_async_commit();
     const uint8_t* sc = smem + (c % kWideStages) * stage_bytes;
     const uint8_t* ss = sc + NW * kWideCols * 64;
     const uint32_t* sxa = reinterpret_cast<const uint32_t*>(ss + NW * kWideCols * 8);
     const uint32_t* sxb = sxa + kWidePairs * kWideXStride;
     // Tiles past the expert's pairs (the last pass's) are skipped: their outputs are never stored.
-    const int64_t live_pairs = n - (c / groups) * kWidePairs;
-    if (q % groups_per_slice == 0) {  // a slice starts from zero
+    const int64_t live_pairs = n - pass * kWidePairs;
+    if (in_slice == 0) {  // a slice starts from zero
 #pragma unroll
       for (int tt = 0; tt < kWideTiles; ++tt)
 #pragma unroll
@@ -1028,7 +1036,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
         }
       }
     }
-    if ((q + 1) % groups_per_slice == 0 || q + 1 == groups) {  // the slice's end
+    if (in_slice + 1 == groups_per_slice || q + 1 == groups) {  // the slice's end
       const bool first_slice = q < groups_per_slice;
 #pragma unroll
       for (int tt = 0; tt < kWideTiles; ++tt)
@@ -1042,7 +1050,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     }
     if (q + 1 == groups) {  // the pass's outputs: lane (g, t) holds columns g, g + 8 of its
                             // warp's 16 and pairs 2 t, 2 t + 1 of each tile
-      const int64_t i0 = (c / groups) * kWidePairs;
+      const int64_t i0 = pass * kWidePairs;
 #pragma unroll
       for (int tt = 0; tt < kWideTiles; ++tt)
 #pragma unroll
@@ -1056,6 +1064,12 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
           else
             store_down(m, p0 + i, k, out_slots, hidden, o, total[tt][0][v] * e.scale2[2], out);
         }
+    }
+    if (++in_slice == groups_per_slice) in_slice = 0;
+    if (++q == groups) {
+      q = 0;
+      in_slice = 0;
+      ++pass;
     }
   }
   cp_async_wait(0);  // nothing left in flight when the block exits
