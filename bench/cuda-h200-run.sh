@@ -9,7 +9,8 @@
 #     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py bench/server_latency.py \
 #        bench/thread-scaling.sh bench/torch_baselines.py DIR/
 # (e2e also times the bundled drama-mini: DIR/models/drama-mini, else the checkout's models/ two
-# folders up, where DIR is out/gpu of a checkout).
+# folders up, where DIR is out/gpu of a checkout; it and say read text through espeak-ng, so the
+# folder must keep bundle/espeak-ng-data: a copy that leaves it out to save room fails both).
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
 # DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench baseline lanes torch ncu
@@ -327,7 +328,12 @@ PY
   fi
   if want say; then
   section "say --backend auto (mini)"
-  timeout 200 "$drama" say "Hello from the GPU." --backend auto --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
+  # The bundled drama-mini where the folder carries it (DIR/models), else the checkout's models/
+  # two folders up; the build's default models folder need not exist on the GPU machine.
+  mini=$here/models/drama-mini
+  [ -d "$mini" ] || mini=$here/../../models/drama-mini
+  DRAMA_MODELS_DIR=$(dirname "$mini") timeout 200 "$drama" say "Hello from the GPU." --backend auto \
+    --max-frames 50 -o "$tmp/hello.wav" && ls -la "$tmp/hello.wav"
   fi
   if want e2e; then
   section "end to end on CUDA: time to first audio and real-time factor, 10 s (125 frames)"
