@@ -969,7 +969,9 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       }
     }
   };
-  float acc[kWideTiles][NW][4], acc_low[kWideTiles][NW][4], total[kWideTiles][NW][4] = {};
+  // Each slice starts from zero: the accumulators are zeroed here and again where a slice ends
+  // (not by a test at every chunk, which compiles to a select an accumulator a chunk).
+  float acc[kWideTiles][NW][4] = {}, acc_low[kWideTiles][NW][4] = {}, total[kWideTiles][NW][4] = {};
   for (int st = 0; st < kWideStages - 1; ++st) {
     if (st < chunks) load(st);
     cp_async_commit();
@@ -987,14 +989,6 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     const uint32_t* sxb = sxa + kWidePairs * kWideXStride;
     // Tiles past the expert's pairs (the last pass's) are skipped: their outputs are never stored.
     const int64_t live_pairs = n - pass * kWidePairs;
-    if (in_slice == 0) {  // a slice starts from zero
-#pragma unroll
-      for (int tt = 0; tt < kWideTiles; ++tt)
-#pragma unroll
-        for (int w = 0; w < NW; ++w)
-#pragma unroll
-          for (int v = 0; v < 4; ++v) acc[tt][w][v] = acc_low[tt][w][v] = 0.0f;
-    }
     // The lane's codes of inputs 32 t .. 32 t + 31 of rows g and g + 8 of its warp's columns,
     // and their two block scales, as version 3 loads them from global memory.
     uint32_t wc[NW][2][4], scl[NW][2][2];
@@ -1046,6 +1040,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
           for (int v = 0; v < 4; ++v) {
             const float part = acc[tt][w][v] + acc_low[tt][w][v];
             total[tt][w][v] = first_slice ? part : total[tt][w][v] + part;
+            acc[tt][w][v] = acc_low[tt][w][v] = 0.0f;  // the next slice's start
           }
     }
     if (q + 1 == groups) {  // the pass's outputs: lane (g, t) holds columns g, g + 8 of its
