@@ -516,6 +516,50 @@ TEST(CudaGroupedExperts, EqualSeparateCallsOnEachRowAloneBitwise) {
   }
 }
 
+// Version 3's decode of NVFP4 weights (mma.cuh: E2M1 codes through byte tables, their signs by a
+// sign-replicating byte permute, times the block scale in bfloat16) gives the reference's values
+// (util/dtype.h: e2m1 times e4m3, exact in float32 and in bfloat16) for every 16-bit pattern of
+// four codes in both halves of a word and every E4M3 block scale, NaN for a NaN scale. The layouts
+// test below compares version 3 only with itself; this is what ties its weights to the format.
+TEST(CudaGroupedExperts, E2m1DecodeEqualsTheReference) {
+  REQUIRE_CUDA(cuda);
+#ifdef DRAMA_WITH_CUDA
+  std::vector<uint32_t> words(65536);
+  for (uint32_t p = 0; p < 65536; ++p)  // pattern p low, another pattern high
+    words[p] = p | (((p * 40503u) & 0xffffu) << 16);
+  int64_t checked = 0;
+  for (int scale = 0; scale < 256; ++scale) {
+    const std::vector<uint16_t> got =
+        cuda::decode_nvfp4_words(*cuda, words, static_cast<uint8_t>(scale));
+    const float sf = e4m3_to_f32(static_cast<uint8_t>(scale));
+    uint16_t want[16];
+    for (int c = 0; c < 16; ++c) {
+      const float v = e2m1_to_f32(static_cast<uint8_t>(c)) * sf;
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      ASSERT_TRUE(std::isnan(v) || (bits & 0xffffu) == 0) << "not exact in bfloat16";
+      want[c] = static_cast<uint16_t>(bits >> 16);
+    }
+    for (size_t i = 0; i < words.size(); ++i)
+      for (int j = 0; j < 8; ++j) {
+        const int code = static_cast<int>((words[i] >> (4 * j)) & 15);
+        const uint16_t g = got[8 * i + j];
+        if (std::isnan(sf)) {
+          ASSERT_EQ(g & 0x7f80, 0x7f80) << "scale " << scale << " code " << code;
+          ASSERT_NE(g & 0x7f, 0) << "scale " << scale << " code " << code << ": not NaN";
+        } else {
+          ASSERT_EQ(g, want[code])
+              << "scale " << scale << " word " << words[i] << " place " << j << " code " << code;
+        }
+        ++checked;
+      }
+  }
+  EXPECT_EQ(checked, int64_t{256} * 65536 * 8);
+  std::printf("%lld decoded weights equal the reference (every code in every place, every scale)\n",
+              static_cast<long long>(checked));
+#endif
+}
+
 // The layouts of one arithmetic give the same bits: versions 1 and 2 of the grouped expert kernels
 // (DRAMA_CUDA_EXPERTS=v1|v2, moe.cuh), and version 3 in its own layout and its wide one (the
 // layout many pairs an expert pick for it: DRAMA_CUDA_WIDE_ROWS); random NVFP4 experts at the

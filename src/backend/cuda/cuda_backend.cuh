@@ -157,6 +157,7 @@ class CudaBackend final : public Backend {
   struct ExpertTable {
     std::vector<ExpertWeights> experts;
     std::unique_ptr<DeviceBuffer> device;
+    bool on16 = false;  // every codes and scales pointer on 16 bytes (launch_moe_experts)
   };
   std::map<std::pair<const void*, const void*>, ExpertTable> expert_tables_;
   int experts_version_ = 3;

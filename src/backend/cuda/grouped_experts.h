@@ -103,4 +103,12 @@ struct KernelTimes {
 };
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work);
 
+// Version 3's decode of NVFP4 weights (mma.cuh, e2m1x4_times_scale) run on the device: for each
+// word of `words` (eight E2M1 codes) and each half of it, its four codes times the E4M3 block
+// scale `scale`, as bfloat16 bit patterns: result[8 i + j] is code j of word i. For the test that
+// the decode gives the reference's values. Throws drama::Error when `backend` is not the CUDA
+// backend.
+std::vector<uint16_t> decode_nvfp4_words(Backend& backend, const std::vector<uint32_t>& words,
+                                         uint8_t scale);
+
 }  // namespace drama::cuda

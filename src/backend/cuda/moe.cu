@@ -760,8 +760,8 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
           for (int w = 0; w < NW; ++w) {
             // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
             uint32_t a[4];
-            e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), sc[w][0][s / 4], a[0], a[2]);
-            e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), sc[w][1][s / 4], a[1], a[3]);
+            e2m1x4_times_scale(wc[w][0][s / 2], s % 2, sc[w][0][s / 4], a[0], a[2]);
+            e2m1x4_times_scale(wc[w][1][s / 2], s % 2, sc[w][1][s / 4], a[1], a[3]);
             mma_bf16(acc_low[w], a, b[2][0], b[2][1]);
             mma_bf16(acc_low[w], a, b[1][0], b[1][1]);
             mma_bf16(acc[w], a, b[0][0], b[0][1]);
@@ -853,7 +853,15 @@ __host__ __device__ constexpr int64_t wide_stage_bytes(int nw) {
   return nw * kWideCols * (64 + 8) + kWidePairs * (kWideXStride + kWideXStrideB) * 4;
 }
 
-template <int NW>
+// Whole (wide_whole_chunks: every stored expert's codes and block scales on 16 bytes, hidden and
+// intermediate sizes multiples of 128): every chunk of every row is whole and on 16 bytes, and
+// every column of every block exists, so a block stages its codes 16 bytes a copy and its scales 8
+// with no test of alignment, length or column. The general form also copies byte by byte where a
+// piece is not on 8 bytes; that copy, never taken at bench-30b-a3b, still cost the gate/up kernel
+// 7.4 million predicated-off byte loads and their stores at 192 rows, and a fifth of its stall
+// samples waited at those stores (Nsight Compute source counters, H100, 2026-12-06 09:16,
+// results/ncu-source-rows192-h100-0916.json).
+template <int NW, bool Whole>
 __global__ void __launch_bounds__(32 * kWideWarps, 2)
     moe_nvfp4_v3_wide_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
                              int64_t hidden, int64_t inter, uint32_t* __restrict__ xs,
@@ -916,33 +924,45 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     for (int w = 0; w < NW; ++w) {
       const uint8_t* codes = static_cast<const uint8_t*>(e.data[first[w]]);
       const uint8_t* scales = e.scales[first[w]];
+      if constexpr (Whole) {
 #pragma unroll
-      for (int i = threadIdx.x; i < kWideCols * 8; i += 32 * kWideWarps) {
-        const int r = i / 8, piece = i % 8;
-        const int64_t o = o0 + r;
-        uint8_t* d = sc + (w * kWideCols + r) * 64 + piece * 8;
-        if (o < columns && 16 * piece < len) {
-          const uint8_t* s = codes + o * code_row + k0 / 2 + 8 * piece;
-          if (codes8)
-            cp_async8(d, s);
-          else
-            for (int b = 0; b < 8; ++b) d[b] = s[b];
-        } else {
-          *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
+        for (int i = threadIdx.x; i < kWideCols * 4; i += 32 * kWideWarps) {
+          const int r = i / 4, piece = i % 4;
+          cp_async16(sc + (w * kWideCols + r) * 64 + piece * 16,
+                     codes + (o0 + r) * code_row + k0 / 2 + 16 * piece);
         }
-      }
-      for (int r = threadIdx.x; r < kWideCols; r += 32 * kWideWarps) {
-        const int64_t o = o0 + r;
-        uint8_t* d = ss + (w * kWideCols + r) * 8;
-        if (o < columns) {
-          const uint8_t* s = scales + o * scale_row + k0 / 16;
-          if (scales8 && len == 128) {
-            cp_async8(d, s);
+        if (threadIdx.x < kWideCols)
+          cp_async8(ss + (w * kWideCols + threadIdx.x) * 8,
+                    scales + (o0 + threadIdx.x) * scale_row + k0 / 16);
+      } else {
+#pragma unroll
+        for (int i = threadIdx.x; i < kWideCols * 8; i += 32 * kWideWarps) {
+          const int r = i / 8, piece = i % 8;
+          const int64_t o = o0 + r;
+          uint8_t* d = sc + (w * kWideCols + r) * 64 + piece * 8;
+          if (o < columns && 16 * piece < len) {
+            const uint8_t* s = codes + o * code_row + k0 / 2 + 8 * piece;
+            if (codes8)
+              cp_async8(d, s);
+            else
+              for (int b = 0; b < 8; ++b) d[b] = s[b];
           } else {
-            for (int b = 0; b < 8; ++b) d[b] = 16 * b < len ? s[b] : 0;
+            *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
           }
-        } else {
-          *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
+        }
+        for (int r = threadIdx.x; r < kWideCols; r += 32 * kWideWarps) {
+          const int64_t o = o0 + r;
+          uint8_t* d = ss + (w * kWideCols + r) * 8;
+          if (o < columns) {
+            const uint8_t* s = scales + o * scale_row + k0 / 16;
+            if (scales8 && len == 128) {
+              cp_async8(d, s);
+            } else {
+              for (int b = 0; b < 8; ++b) d[b] = 16 * b < len ? s[b] : 0;
+            }
+          } else {
+            *reinterpret_cast<uint2*>(d) = make_uint2(0, 0);
+          }
         }
       }
     }
@@ -960,7 +980,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       const int pr = i / 32, j = i % 32;  // inputs 4 j .. 4 j + 3 of the group: chunk k0 / 4 + j
       uint32_t* da = sxa + pr * kWideXStride + (j / 8) * kWideLaneRun + (j % 8) * 4;
       uint32_t* db = sxb + pr * kWideXStrideB + (j / 8) * kWideLaneRunB + (j % 8) * 2;
-      if (i0 + pr < n && 4 * j < len) {
+      if (i0 + pr < n && (Whole || 4 * j < len)) {
         cp_async16(da, share_a[sh] + k0 / 4 + j);
         cp_async8(db, share_b[sh] + k0 / 4 + j);
       } else {
@@ -969,7 +989,9 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       }
     }
   };
-  float acc[kWideTiles][NW][4], acc_low[kWideTiles][NW][4], total[kWideTiles][NW][4] = {};
+  // Each slice starts from zero: the accumulators are zeroed here and again where a slice ends
+  // (not by a test at every chunk, which compiles to a select an accumulator a chunk).
+  float acc[kWideTiles][NW][4] = {}, acc_low[kWideTiles][NW][4] = {}, total[kWideTiles][NW][4] = {};
   for (int st = 0; st < kWideStages - 1; ++st) {
     if (st < chunks) load(st);
     cp_async_commit();
@@ -987,14 +1009,6 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     const uint32_t* sxb = sxa + kWidePairs * kWideXStride;
     // Tiles past the expert's pairs (the last pass's) are skipped: their outputs are never stored.
     const int64_t live_pairs = n - pass * kWidePairs;
-    if (in_slice == 0) {  // a slice starts from zero
-#pragma unroll
-      for (int tt = 0; tt < kWideTiles; ++tt)
-#pragma unroll
-        for (int w = 0; w < NW; ++w)
-#pragma unroll
-          for (int v = 0; v < 4; ++v) acc[tt][w][v] = acc_low[tt][w][v] = 0.0f;
-    }
     // The lane's codes of inputs 32 t .. 32 t + 31 of rows g and g + 8 of its warp's columns,
     // and their two block scales, as version 3 loads them from global memory.
     uint32_t wc[NW][2][4], scl[NW][2][2];
@@ -1017,8 +1031,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       uint32_t a[NW][4];
 #pragma unroll
       for (int w = 0; w < NW; ++w) {
-        e2m1x4_times_scale(wc[w][0][s / 2] >> (16 * (s % 2)), scl[w][0][s / 4], a[w][0], a[w][2]);
-        e2m1x4_times_scale(wc[w][1][s / 2] >> (16 * (s % 2)), scl[w][1][s / 4], a[w][1], a[w][3]);
+        e2m1x4_times_scale(wc[w][0][s / 2], s % 2, scl[w][0][s / 4], a[w][0], a[w][2]);
+        e2m1x4_times_scale(wc[w][1][s / 2], s % 2, scl[w][1][s / 4], a[w][1], a[w][3]);
       }
 #pragma unroll
       for (int tt = 0; tt < kWideTiles; ++tt) {
@@ -1046,6 +1060,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
           for (int v = 0; v < 4; ++v) {
             const float part = acc[tt][w][v] + acc_low[tt][w][v];
             total[tt][w][v] = first_slice ? part : total[tt][w][v] + part;
+            acc[tt][w][v] = acc_low[tt][w][v] = 0.0f;  // the next slice's start
           }
     }
     if (q + 1 == groups) {  // the pass's outputs: lane (g, t) holds columns g, g + 8 of its
@@ -1073,6 +1088,16 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     }
   }
   cp_async_wait(0);  // nothing left in flight when the block exits
+}
+
+// decode_nvfp4_words: thread i decodes word i, both halves, with block scale `scale`.
+__global__ void decode_words_kernel(const uint32_t* __restrict__ words, int64_t n, uint8_t scale,
+                                    uint32_t* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t sc = e4m3_bf16x2(scale);
+  e2m1x4_times_scale<0>(words[i], sc, out[4 * i], out[4 * i + 1]);
+  e2m1x4_times_scale<1>(words[i], sc, out[4 * i + 2], out[4 * i + 3]);
 }
 
 }  // namespace
@@ -1149,7 +1174,7 @@ int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter
 }
 
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
-                        int64_t hidden, int64_t inter, const float* x, int64_t rows,
+                        bool on16, int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
                         float* workspace, cudaStream_t stream, int version) {
   const int64_t pairs = rows * k;
@@ -1175,13 +1200,16 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   if (v3) {
     const V3Split up = v3_split(hidden), down = v3_split(inter);
     if (wide) {
-      static std::atomic<int64_t> up_allowed{0}, down_allowed{0};
-      auto* up_kernel = moe_nvfp4_v3_wide_kernel<2>;
-      auto* down_kernel = moe_nvfp4_v3_wide_kernel<1>;
+      static std::atomic<int64_t> up_allowed[2] = {0, 0}, down_allowed[2] = {0, 0};
+      const bool whole = on16 && hidden % 128 == 0 && inter % 128 == 0;
+      auto* up_kernel =
+          whole ? moe_nvfp4_v3_wide_kernel<2, true> : moe_nvfp4_v3_wide_kernel<2, false>;
+      auto* down_kernel =
+          whole ? moe_nvfp4_v3_wide_kernel<1, true> : moe_nvfp4_v3_wide_kernel<1, false>;
       const int64_t up_bytes = kWideStages * wide_stage_bytes(2),
                     down_bytes = kWideStages * wide_stage_bytes(1);
-      allow_shared(up_kernel, up_bytes, up_allowed, "moe_experts v3 wide gate/up");
-      allow_shared(down_kernel, down_bytes, down_allowed, "moe_experts v3 wide down");
+      allow_shared(up_kernel, up_bytes, up_allowed[whole], "moe_experts v3 wide gate/up");
+      allow_shared(down_kernel, down_bytes, down_allowed[whole], "moe_experts v3 wide down");
       launch(up_kernel, dim3(slots, blocks_for(inter, kWideCols)), 32 * kWideWarps,
              static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, split.xs,
              pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
@@ -1277,6 +1305,7 @@ void CudaBackend::prepare_experts(const ExpertWeights* experts, int64_t n_stored
   const WeightFormat format = experts[0].gate.format;
   const int64_t inter = experts[0].gate.out, hidden = experts[0].down.out;
   std::vector<DeviceExpert> host(static_cast<size_t>(n_stored));
+  bool on16 = true;
   for (int64_t s = 0; s < n_stored; ++s) {
     const LinearWeight* w[3] = {&experts[s].gate, &experts[s].up, &experts[s].down};
     for (int m = 0; m < 3; ++m) {
@@ -1285,6 +1314,8 @@ void CudaBackend::prepare_experts(const ExpertWeights* experts, int64_t n_stored
       host[s].data[m] = w[m]->data;
       host[s].scales[m] = w[m]->scales;
       host[s].scale2[m] = w[m]->scale2;
+      on16 = on16 && reinterpret_cast<uintptr_t>(w[m]->data) % 16 == 0 &&
+             reinterpret_cast<uintptr_t>(w[m]->scales) % 16 == 0;
     }
   }
   // alloc and upload refuse captured work, so a table is never made inside a capture.
@@ -1298,6 +1329,7 @@ void CudaBackend::prepare_experts(const ExpertWeights* experts, int64_t n_stored
   ExpertTable& table = expert_tables_[key];  // only once the new one is made
   table.experts.assign(experts, experts + n_stored);
   table.device = std::move(made);
+  table.on16 = on16;
 }
 
 void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, const float* x,
@@ -1311,14 +1343,13 @@ void CudaBackend::moe_experts(const ExpertWeights* experts, int64_t n_stored, co
   // Checks the cached table against the array (n_stored weight compares, no device work when it
   // matches); a caller without MoeBlock (contract, bench, tests) gets its table made here.
   prepare_experts(experts, n_stored);
-  const std::unique_ptr<DeviceBuffer>& table =
-      expert_tables_.at({experts, experts[0].gate.data}).device;
+  const ExpertTable& table = expert_tables_.at({experts, experts[0].gate.data});
   if (moe_layout_floats(rows, k, hidden, inter, n_stored) >
       Backend::moe_workspace_floats(rows, k, hidden, inter, n_stored))
     throw Error("CUDA moe_experts: the workspace layout outgrew Backend::moe_workspace_floats");
-  launch_moe_experts(static_cast<const DeviceExpert*>(table->data()), format, n_stored, hidden,
-                     inter, x, rows, expert_index, k, out_slots, out, workspace, stream_,
-                     experts_version_);
+  launch_moe_experts(static_cast<const DeviceExpert*>(table.device->data()), format, n_stored,
+                     table.on16, hidden, inter, x, rows, expert_index, k, out_slots, out, workspace,
+                     stream_, experts_version_);
 }
 
 double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, int64_t n_stored,
@@ -1347,6 +1378,22 @@ double time_moe_experts_graph(Backend& backend, const ExpertWeights* experts, in
   (void)cudaGraphDestroy(graph);  // the instantiated graph does not need it
   check(made, "cudaGraphInstantiate");
   return median_replay_seconds(exec, stream, replays);
+}
+
+std::vector<uint16_t> decode_nvfp4_words(Backend& backend, const std::vector<uint32_t>& words,
+                                         uint8_t scale) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) throw Error("the NVFP4 decode needs the CUDA backend, not " + backend.name());
+  const int64_t n = static_cast<int64_t>(words.size());
+  std::vector<uint16_t> out(static_cast<size_t>(8 * n));
+  if (n == 0) return out;
+  auto in_d = backend.alloc(words.size() * 4), out_d = backend.alloc(out.size() * 2);
+  backend.upload(in_d->data(), words.data(), words.size() * 4);
+  decode_words_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, cuda->stream()>>>(
+      static_cast<const uint32_t*>(in_d->data()), n, scale, static_cast<uint32_t*>(out_d->data()));
+  check_launch("decode_nvfp4_words");
+  backend.download(out.data(), out_d->data(), out.size() * 2);
+  return out;
 }
 
 int set_moe_experts_version(Backend& backend, int version) {

@@ -46,8 +46,10 @@ bool set_split_ahead_flag(bool on);
 void check_wide_environment();
 // Device floats launch_moe_experts uses of its workspace (at most Backend::moe_workspace_floats).
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter, int64_t n_stored);
+// on16: every stored expert's codes and block scales start on 16 bytes (the wide layout's whole
+// chunks need it, with hidden and intermediate sizes multiples of 128).
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
-                        int64_t hidden, int64_t inter, const float* x, int64_t rows,
+                        bool on16, int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
                         float* workspace, cudaStream_t stream, int version);
 
