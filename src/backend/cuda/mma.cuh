@@ -33,10 +33,17 @@ __device__ __forceinline__ uint32_t take_upper_halves(float& a, float& b) {
   return __byte_perm(ua, ub, 0x7632);
 }
 
-// An E4M3 block scale as a bfloat16 pair (both halves), exactly (4 significant bits).
+// An E4M3 block scale as a bfloat16 pair (both halves), exactly (4 significant bits): e4m3_to_f32's
+// values without its branches. The magnitude bits moved to a float's exponent and mantissa make
+// the value times 2^-120 (subnormal where the E4M3 exponent is 0, as E4M3's own subnormals), and
+// the product with 2^120 is exact; NaN (0x7f, 0xff) is e4m3_to_f32's quiet NaN, unsigned.
+// (CudaGroupedExperts.E2m1DecodeEqualsTheReference runs every scale through it.)
 __device__ __forceinline__ uint32_t e4m3_bf16x2(uint8_t scale) {
-  const uint32_t h = __float_as_uint(e4m3_to_f32(scale)) >> 16;
-  return h | (h << 16);
+  const uint32_t mag = scale & 0x7Fu;
+  uint32_t bits = __float_as_uint(__uint_as_float(mag << 20) * 0x1.0p120f) |
+                  ((static_cast<uint32_t>(scale) & 0x80u) << 24);
+  if (mag == 0x7Fu) bits = 0x7fc00000u;
+  return __byte_perm(bits, 0, 0x3232);
 }
 
 // Codes 4 Half .. 4 Half + 3 of the word w (eight E2M1 codes, code j in bits 4j..4j+3) times their
