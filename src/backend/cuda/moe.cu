@@ -853,8 +853,9 @@ __host__ __device__ constexpr int64_t wide_stage_bytes(int nw) {
   return nw * kWideCols * (64 + 8) + kWidePairs * (kWideXStride + kWideXStrideB) * 4;
 }
 
-// Whole (wide_whole_chunks: every stored expert's codes and block scales on 16 bytes, hidden and
-// intermediate sizes multiples of 128): every chunk of every row is whole and on 16 bytes, and
+// Whole (launch_moe_experts: every stored expert's codes and block scales on 16 bytes, as
+// prepare_experts records in ExpertTable::on16, and hidden and intermediate sizes multiples of
+// 128): every chunk of every row is whole and on 16 bytes, and
 // every column of every block exists, so a block stages its codes 16 bytes a copy and its scales 8
 // with no test of alignment, length or column. The general form also copies byte by byte where a
 // piece is not on 8 bytes; that copy, never taken at bench-30b-a3b, still cost the gate/up kernel
