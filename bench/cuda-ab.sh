@@ -20,7 +20,7 @@
 #                 with whichever binary the rule keeps
 #   AB_NCU        a kernel regex: Nsight Compute source counters (SASS, per instruction) on those
 #                 kernels of one AB_NCU_ROWS-row step (default 192) of the code under test, exported
-#                 as CSV (the summary in results/ is made from it here: see ncu-source-*.json)
+#                 as CSV (bench/ncu_source_summary.py makes the results/ncu-source-*.json receipt)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 final=${OUT:-/tmp/cuda-ab}
