@@ -52,7 +52,7 @@ __device__ __forceinline__ uint32_t e4m3_bf16x2(uint8_t scale) {
 // eight magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} in bfloat16 (prmt), the sign bits are put in place
 // by a third prmt in its sign-replicating mode, and the product with the scale is exact (at most 6
 // significant bits, from 2^-10 to 2688): the weight as the reference dequantizes it before scale_2.
-// Called for both halves of a word, the masked word and the shifted one are formed once.
+// Called for both halves of a word, so the compiler may form the masked and shifted words once.
 //
 // About 10 instructions for four codes where the version before (2026-12-06, a shifted 16-bit
 // argument and each sign bit shifted and masked into place) took 22.5 in the wide expert kernel's
