@@ -4,7 +4,7 @@
 # merge rule written before the run: kept only if no graphed step of the decode bench is more
 # than AB_RULE (default 1.01) times the baseline's. The folder is made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp BASELINE DIR/bundle/drama-baseline \
-#     && cp -r configs DIR/ && cp bench/cuda-ab.sh bench/strip-paths.py DIR/
+#     && cp -r configs DIR/ && cp bench/cuda-ab.sh bench/strip-paths.py bench/machine_facts.py DIR/
 # (BASELINE: `drama` built from the commit before the change) and run there as DIR/cuda-ab.sh, with
 # OUT set (the device tool returns at most 8 files: everything lands in OUT/receipts.tar).
 #
@@ -101,19 +101,6 @@ if [ -n "${AB_NCU:-}" ] && command -v ncu >/dev/null; then
   ncu -i "$out/ncu.ncu-rep" --page source --print-source sass --csv 2>&1 | xz >"$out/sass.csv.xz"
   rm -f "$out/ncu.ncu-rep"
 fi
-python3 - "$out" <<'PY' || true
-import json, subprocess, sys, datetime, os
-q = "name,driver_version,clocks.max.sm,clocks.max.mem,memory.total"
-vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"],
-                      capture_output=True, text=True).stdout.strip().split(", ")
-machine = dict(zip(q.split(","), vals))
-machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-for name in sorted(os.listdir(sys.argv[1])):
-    path = os.path.join(sys.argv[1], name)
-    if name.endswith(".json"):
-        j = json.load(open(path))
-        j["machine"] = machine
-        json.dump(j, open(path, "w"), indent=1)
-PY
+python3 "$here/machine_facts.py" "$out" || true
 python3 "$here/strip-paths.py" "$out"/*.json || echo "strip-paths.py: a receipt still names a path"
 date -u

@@ -6,7 +6,7 @@
 # (serve e2e and lanes) against `drama serve --backend cuda`, a `say` and a /health check, all from a folder
 # made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity server_test_serve_e2e server_test_serve_lanes \
-#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py bench/server_latency.py \
+#     && cp -r configs DIR/ && cp bench/cuda-h200-run.sh bench/strip-paths.py bench/machine_facts.py bench/server_latency.py \
 #        bench/thread-scaling.sh bench/torch_baselines.py DIR/
 # (e2e also times the bundled drama-mini: DIR/models/drama-mini, else the checkout's models/ two
 # folders up, where DIR is out/gpu of a checkout; it and say read text through espeak-ng, so the
@@ -385,23 +385,7 @@ PY
   head -5 "$tmp/serve.log"
   fi
   section "machine facts into the receipts"
-  python3 - "$out" <<'PY' || true
-import json, subprocess, sys, datetime, os
-q = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,memory.total,power.limit"
-vals = subprocess.run(["nvidia-smi", "--query-gpu=" + q, "--format=csv,noheader"],
-                      capture_output=True, text=True).stdout.strip().split(", ")
-machine = dict(zip(q.split(","), vals))
-machine["date_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-machine["note"] = "nvidia-smi read after the runs; clocks.sm/mem are the current (idle) clocks"
-# Every receipt of this run (the gtest files of the parity and HTTP tests too).
-for name in sorted(os.listdir(sys.argv[1])):
-    path = os.path.join(sys.argv[1], name)
-    if name.endswith(".json") and os.path.isfile(path):
-        j = json.load(open(path))
-        j["machine"] = machine
-        json.dump(j, open(path, "w"), indent=2)
-print(machine)
-PY
+  python3 "$here/machine_facts.py" "$out" || true
 } 2>&1 | tee "$out/log.txt"
 python3 "$here/strip-paths.py" "$out"/*.json || echo "strip-paths.py: a receipt still names a path (above)" | tee -a "$out/log.txt"
 (cd "$out" && tar -cf receipts.tar ./*.json && rm -f ./*.json)
