@@ -450,17 +450,10 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
 #pragma unroll
       for (int i = threadIdx.x; i < 8 * Tiles * (kWideChunk / 4); i += 32 * kWideWarps) {
         const int rr = i / (kWideChunk / 4), p = i % (kWideChunk / 4);
-        float4 v = *reinterpret_cast<const float4*>(sx + rr * kWideXStride + 16 * p);
-        uint32_t b[3][2];
-#pragma unroll
-        for (int term = 0; term < 3; ++term) {
-          b[term][0] = take_upper_halves(v.x, v.y);
-          b[term][1] = take_upper_halves(v.z, v.w);
-        }
-        *reinterpret_cast<uint4*>(split_a + rr * kWideAStride + 16 * p) =
-            make_uint4(b[0][0], b[0][1], b[1][0], b[1][1]);
-        *reinterpret_cast<uint2*>(split_b + rr * kWideBStride + 8 * p) =
-            make_uint2(b[2][0], b[2][1]);
+        const float4 v = *reinterpret_cast<const float4*>(sx + rr * kWideXStride + 16 * p);
+        uint2 lo;
+        *reinterpret_cast<uint4*>(split_a + rr * kWideAStride + 16 * p) = split_activations(v, lo);
+        *reinterpret_cast<uint2*>(split_b + rr * kWideBStride + 8 * p) = lo;
       }
       __syncthreads();  // the chunk's split activations are in
     }

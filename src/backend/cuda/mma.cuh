@@ -33,6 +33,21 @@ __device__ __forceinline__ uint32_t take_upper_halves(float& a, float& b) {
   return __byte_perm(ua, ub, 0x7632);
 }
 
+// Inputs v (four floats) split into their three bfloat16 terms as mma's B words: plane A's words
+// returned, {hi(x, y), hi(z, w), mid(x, y), mid(z, w)}, plane B's in b, {lo(x, y), lo(z, w)}. The
+// version-3 expert kernels (moe.cu) and the wide BF16 products (linear.cu) split with it, so every
+// layout splits an activation with the same operations in the same order.
+__device__ __forceinline__ uint4 split_activations(float4 v, uint2& b) {
+  uint4 a;
+  a.x = take_upper_halves(v.x, v.y);
+  a.y = take_upper_halves(v.z, v.w);
+  a.z = take_upper_halves(v.x, v.y);
+  a.w = take_upper_halves(v.z, v.w);
+  b.x = take_upper_halves(v.x, v.y);
+  b.y = take_upper_halves(v.z, v.w);
+  return a;
+}
+
 // An E4M3 block scale as a bfloat16 pair (both halves), exactly (4 significant bits): e4m3_to_f32's
 // values without its branches. The magnitude bits moved to a float's exponent and mantissa make
 // the value times 2^-120 (subnormal where the E4M3 exponent is 0, as E4M3's own subnormals), and

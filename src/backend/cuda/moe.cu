@@ -198,19 +198,6 @@ __host__ __device__ inline uint4* split_a(uint32_t* base, int64_t row, int64_t n
 __host__ __device__ inline uint2* split_b(uint32_t* base, int64_t row, int64_t n) {
   return reinterpret_cast<uint2*>(base + row * (3 * n / 2) + n);
 }
-// Chunk v split: plane A's words returned, plane B's in b. The same operations in the same order
-// per element as the in-kernel split of version 3's wide layout, so the same terms.
-__device__ __forceinline__ uint4 split_activations(float4 v, uint2& b) {
-  uint4 a;
-  a.x = take_upper_halves(v.x, v.y);
-  a.y = take_upper_halves(v.z, v.w);
-  a.z = take_upper_halves(v.x, v.y);
-  a.w = take_upper_halves(v.z, v.w);
-  b.x = take_upper_halves(v.x, v.y);
-  b.y = take_upper_halves(v.z, v.w);
-  return a;
-}
-
 // store_act's value, written split (version 3's down product reads it so):
 // element o of chunk o / 4, its hi and mid halves in plane A, its lo half in plane B.
 __device__ __forceinline__ void store_act_split(uint32_t* acts, int64_t at, int64_t inter,
