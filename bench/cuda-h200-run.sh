@@ -13,6 +13,8 @@
 # folder must keep bundle/espeak-ng-data: a copy that leaves it out to save room fails both).
 # and run there as DIR/cuda-h200-run.sh (OUT: where the log and the receipts go). DRAMA_RUN_NCU=0
 # skips the Nsight Compute runs (their timeouts add up to 8 minutes) when the device time is short.
+# DRAMA_ALT_EXPERTS (default "v1") and DRAMA_ALT_ATTENTION (default "v1"): the other kernel versions the
+# contract (and, for the experts, parity) also run with; set empty to skip them on a short call.
 # DRAMA_RUN_SECTIONS picks sections (default: all of "experts contract parity bench baseline lanes torch ncu
 # http say e2e codec threads health"; the machine facts always run; torch needs bench's receipt), e.g. DRAMA_RUN_SECTIONS="experts bench" for a quick
 # timing call. DRAMA_STEP_ROWS: the backbone step's row counts beyond 1 and 2 (default 8,32,64);
@@ -73,10 +75,12 @@ cpu_bench_checkpoint() {
   section "contract --backend cuda"
   timeout 400 "$drama" contract --backend cuda --json "$out/contract-$card.json"
   echo "contract exit $?"
-  section "contract --backend cuda, attention v1 (DRAMA_CUDA_ATTENTION=v1)"
-  DRAMA_CUDA_ATTENTION=v1 timeout 400 "$drama" contract --backend cuda --json "$out/contract-attention-v1-$card.json" | tail -3
-  echo "contract attention v1 exit ${PIPESTATUS[0]}"
-  for v in ${DRAMA_ALT_EXPERTS:-v1}; do
+  for v in ${DRAMA_ALT_ATTENTION-v1}; do
+  section "contract --backend cuda, attention $v (DRAMA_CUDA_ATTENTION=$v)"
+  DRAMA_CUDA_ATTENTION=$v timeout 400 "$drama" contract --backend cuda --json "$out/contract-attention-$v-$card.json" | tail -3
+  echo "contract attention $v exit ${PIPESTATUS[0]}"
+  done
+  for v in ${DRAMA_ALT_EXPERTS-v1}; do
   section "contract --backend cuda, grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
   DRAMA_CUDA_EXPERTS=$v timeout 400 "$drama" contract --backend cuda --json "$out/contract-$v-$card.json" | tail -3
   echo "contract $v exit ${PIPESTATUS[0]}"
@@ -87,7 +91,7 @@ cpu_bench_checkpoint() {
   DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-$card.json"
   echo "parity exit $?"
-  for v in ${DRAMA_ALT_EXPERTS:-v1}; do
+  for v in ${DRAMA_ALT_EXPERTS-v1}; do
   section "parity tests (CUDA vs CPU), grouped experts $v (DRAMA_CUDA_EXPERTS=$v)"
   DRAMA_CUDA_EXPERTS=$v DRAMA_BIN=$drama DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$tmp/tests-$v timeout 300 \
     "$here/bundle/model_test_cuda_parity" --gtest_output=json:"$out/parity-$v-$card.json"
