@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # One A/B call on the GPU machine (docs/cuda-backend.md, "Receipts"): the code under test
-# (bundle/drama) beside the code before it (bundle/drama-baseline) in the same call, with the
-# merge rule written before the run: kept only if no graphed step of the decode bench is more
-# than AB_RULE (default 1.01) times the baseline's. The folder is made here by
+# (bundle/drama) beside the code before it (bundle/drama-baseline) in the same call, and any further
+# variants (AB_VARIANTS), with the merge rule written before the run: each in turn is kept only if
+# no graphed step of the decode bench is more than AB_RULE (default 1.01) times the step of the
+# binary kept before it. The folder is made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp BASELINE DIR/bundle/drama-baseline \
 #     && cp -r configs DIR/ && cp bench/cuda-ab.sh bench/strip-paths.py bench/machine_facts.py DIR/
 # (BASELINE: `drama` built from the commit before the change) and run there as DIR/cuda-ab.sh, with
-# OUT set (the device tool returns at most 8 files: everything lands in OUT/receipts.tar).
+# OUT set (the device tool returns at most 8 files: everything lands in OUT/receipts.tar, written
+# again after every stage, so a call cut off at its limit still returns what it measured).
 #
 # In order, each step skipped when its variable is empty:
-#   AB_TESTS      gtest filter of model_test_cuda_parity on the code under test
+#   AB_VARIANTS   names of further variants, each a folder DIR/var-NAME with its own `drama` (and
+#                 `model_test_cuda_parity` for its tests, else bundle/'s), e.g. a second change built
+#                 on top of the first: benched after bundle/drama, each against the binary kept
+#                 before it
+#   AB_TESTS      gtest filter of model_test_cuda_parity on each binary under test
 #                 (default '*LinearsEqual*:*Layouts*:*E2m1*'; '*' for all, with parity against the CPU)
-#   AB_CONTRACT   1 (default): drama contract --backend cuda on the code under test
-#   AB_ROWS       the decode bench's step rows beyond 1 and 2, both binaries (default 8,64,192,512);
+#   AB_ROWS       the decode bench's step rows beyond 1 and 2, every binary (default 8,64,192,512);
 #                 AB_REPEATS (default 3) repeats, 10 frames
 #   AB_ENV        VAR=VALUE words for the code under test only (e.g. one binary, a switch off in the
 #                 baseline: AB_BASE_ENV for the baseline's side, bundle/drama-baseline absent)
+#   AB_CONTRACT   1 (default): drama contract --backend cuda on the binary the rule keeps
 #   AB_LANES      lane counts for the lanes search (paired bench-30b-a3b, stops below real time),
-#                 with whichever binary the rule keeps
+#                 with the binary the rule keeps
+#   AB_MUST       sections of cuda-h200-run.sh (beside this script) run with the kept binary, e.g.
+#                 "parity torch" (its torch section sets the PyTorch baselines beside this call's
+#                 decode bench of the kept binary); their receipts under must/
 #   AB_NCU        a kernel regex: Nsight Compute source counters (SASS, per instruction) on those
 #                 kernels of one AB_NCU_ROWS-row step (default 192) of the code under test, exported
 #                 as CSV (bench/ncu_source_summary.py makes the results/ncu-source-*.json receipt)
@@ -26,76 +35,143 @@ here=$(cd "$(dirname "$0")" && pwd)
 final=${OUT:-/tmp/cuda-ab}
 out=$final/w
 mkdir -p "$out"
-trap 'tar cf "$final/receipts.tar" -C "$out" . && rm -rf "$out"' EXIT
+snap() { tar cf "$final/receipts.tar.tmp" -C "$out" . && mv -f "$final/receipts.tar.tmp" "$final/receipts.tar"; }
+trap 'snap && rm -rf "$out"' EXIT
 export LD_LIBRARY_PATH=$here/bundle ESPEAK_DATA_PATH=$here/bundle
 cd "$here" || exit 1
-a=bundle/drama
-b=bundle/drama-baseline
-[ -x "$b" ] || b=$a  # one binary: the two sides differ by AB_ENV / AB_BASE_ENV
 date -u
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+# Each binary by name: its drama, its test executable and its decode receipt.
+declare -A bin test json
+names=()
+if [ -x bundle/drama-baseline ]; then
+  names+=(baseline)
+  bin[baseline]=bundle/drama-baseline json[baseline]=decode-baseline.json
+fi
+names+=(now)
+bin[now]=bundle/drama test[now]=bundle/model_test_cuda_parity json[now]=decode.json
+for v in ${AB_VARIANTS:-}; do
+  names+=("$v")
+  bin[$v]=var-$v/drama json[$v]=decode-$v.json test[$v]=bundle/model_test_cuda_parity
+  [ -x "var-$v/model_test_cuda_parity" ] && test[$v]=var-$v/model_test_cuda_parity
+done
 tests=${AB_TESTS-'*LinearsEqual*:*Layouts*:*E2m1*'}
 if [ -n "$tests" ]; then
-  DRAMA_BIN=$here/$a DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$(mktemp -d) timeout 200 \
-    bundle/model_test_cuda_parity --gtest_filter="$tests" --gtest_output=json:"$out/tests.json" 2>&1 |
-    grep -E "equal|PASSED|FAILED|Failure" | head -30
-fi
-if [ -n "${AB_CONTRACT-1}" ]; then
-  timeout 200 $a contract --backend cuda --json "$out/contract.json" | tail -1
+  for v in "${names[@]}"; do
+    [ "$v" = baseline ] && continue
+    echo "tests: $v"
+    DRAMA_BIN=$here/${bin[$v]} DRAMA_SOURCE_DIR=$here DRAMA_TEST_TMP=$(mktemp -d) timeout 200 \
+      "${test[$v]}" --gtest_filter="$tests" --gtest_output=json:"$out/tests-$v.json" 2>&1 |
+      grep -E "equal|PASSED|FAILED|Failure" | head -30
+  done
+  snap
 fi
 rows=${AB_ROWS-8,64,192,512}
-pick=$a
+pick=now
 if [ -n "$rows" ]; then
-  bench() {  # bench BINARY JSON ENV...
-    local bin=$1 json=$2
-    shift 2
-    env "$@" timeout 200 "$bin" bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
-      --frames 10 --repeats "${AB_REPEATS:-3}" --step-rows "$rows" --json "$out/$json" >/dev/null
-    echo "bench $json exit $?"
-  }
-  # shellcheck disable=SC2086
-  bench $a decode.json ${AB_ENV:-}
-  # shellcheck disable=SC2086
-  bench $b decode-baseline.json ${AB_BASE_ENV:-}
-  verdict=$(python3 - "$out/decode.json" "$out/decode-baseline.json" "${AB_RULE:-1.01}" <<'PY'
-import json, sys
-a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-rule = float(sys.argv[3])
-worst = 0.0
-for k, v in a["backbone_step"].items():
-    w = b["backbone_step"].get(k)
-    if "graph" in k and w:
-        r = v["per_step_ms"] / w["per_step_ms"]
-        worst = max(worst, r)
-        print("%-40s now %9.3f  before %9.3f ms  x%.4f" % (k, v["per_step_ms"], w["per_step_ms"], r), file=sys.stderr)
-for st, s in a["kernel_times"]["steps"].items():
-    t = {k["kernel"]: k for k in b["kernel_times"]["steps"].get(st, {}).get("by_kernel", [])}
-    for k in s["by_kernel"]:
-        if k["kernel"] in t and ("moe_experts" in k["kernel"] or "linear" in k["kernel"]):
-            print("  %-10s %-44s now %8.1f  before %8.1f us" % (st, k["kernel"], k["us"] / k["launches"],
-                  t[k["kernel"]]["us"] / t[k["kernel"]]["launches"]), file=sys.stderr)
-print("worst graphed step x%.4f: %s" % (worst, "kept" if worst <= rule else "not kept (rule x%.2f)" % rule), file=sys.stderr)
-print("now" if worst <= rule else "before")
+  for v in "${names[@]}"; do
+    envs=${AB_ENV:-}
+    [ "$v" = baseline ] && envs=${AB_BASE_ENV:-}
+    # shellcheck disable=SC2086
+    env $envs timeout 200 "${bin[$v]}" bench decode --backend cuda \
+      --synthetic configs/bench-30b-a3b.json --frames 10 --repeats "${AB_REPEATS:-3}" \
+      --step-rows "$rows" --json "$out/${json[$v]}" >/dev/null
+    echo "bench $v exit $?"
+    snap
+  done
+  # One binary, two settings: the baseline's side is bundle/drama with AB_BASE_ENV.
+  if [ ! -x bundle/drama-baseline ] && [ -n "${AB_BASE_ENV:-}" ]; then
+    # shellcheck disable=SC2086
+    env $AB_BASE_ENV timeout 200 bundle/drama bench decode --backend cuda \
+      --synthetic configs/bench-30b-a3b.json --frames 10 --repeats "${AB_REPEATS:-3}" \
+      --step-rows "$rows" --json "$out/decode-baseline.json" >/dev/null
+    echo "bench baseline (bundle/drama with AB_BASE_ENV) exit $?"
+    names=(baseline "${names[@]}")
+    json[baseline]=decode-baseline.json
+  fi
+  # The rule, in order: each binary against the one kept before it.
+  pick=$(python3 - "$out" "${AB_RULE:-1.01}" "${names[@]}" <<'PY'
+import json, os, sys
+out, rule = sys.argv[1], float(sys.argv[2])
+names = sys.argv[3:]
+files = {"baseline": "decode-baseline.json", "now": "decode.json"}
+def load(v):
+    try:
+        return json.load(open(os.path.join(out, files.get(v, "decode-%s.json" % v))))
+    except (OSError, ValueError):
+        return None
+d = {v: load(v) for v in names}
+kept = names[0]
+for v in names[1:]:
+    a, b = d[v], d[kept]
+    if a is None or b is None:
+        print("%s: no receipt to compare; not kept" % v, file=sys.stderr)
+        continue
+    worst = 0.0
+    for k, s in a["backbone_step"].items():
+        w = b["backbone_step"].get(k)
+        if "graph" in k and w:
+            r = s["per_step_ms"] / w["per_step_ms"]
+            worst = max(worst, r)
+            print("%-10s %-36s %9.3f  %-10s %9.3f ms  x%.4f" % (v, k, s["per_step_ms"], kept, w["per_step_ms"], r),
+                  file=sys.stderr)
+    for st, s in a["kernel_times"]["steps"].items():
+        t = {k["kernel"]: k for k in b["kernel_times"]["steps"].get(st, {}).get("by_kernel", [])}
+        for k in s["by_kernel"]:
+            if k["kernel"] in t and ("moe_experts" in k["kernel"] or "linear" in k["kernel"]):
+                print("  %-10s %-44s %s %8.1f  %s %8.1f us" % (st, k["kernel"], v, k["us"] / k["launches"], kept,
+                      t[k["kernel"]]["us"] / t[k["kernel"]]["launches"]), file=sys.stderr)
+    verdict = worst <= rule
+    print("%s: worst graphed step x%.4f against %s: %s" % (v, worst, kept, "kept" if verdict else
+          "not kept (rule x%.2f)" % rule), file=sys.stderr)
+    if verdict:
+        kept = v
+print(kept)
 PY
-  )
-  [ "$verdict" = before ] && pick=$b
+  ) || pick=baseline
+  echo "kept: $pick"
+fi
+[ -n "${bin[$pick]:-}" ] || pick=now  # one binary with AB_BASE_ENV: the baseline is bundle/drama
+if [ -n "${AB_CONTRACT-1}" ]; then
+  timeout 200 "${bin[$pick]}" contract --backend cuda --json "$out/contract.json" | tail -1
+  snap
 fi
 if [ -n "${AB_LANES:-}" ]; then
   echo "lanes with $pick"
-  timeout 300 "$pick" bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
+  timeout 300 "${bin[$pick]}" bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
     --lanes "$AB_LANES" --stop-below-real-time --context 256 --prefill-chunk 4096 --frames 8 \
     --repeats 2 --json "$out/lanes.json" >/dev/null
   python3 - "$out/lanes.json" <<'PY' || true
 import json, sys
 for r in json.load(open(sys.argv[1]))["runs"]:
-    print("lanes %4d step %7.2f ms rtf %.3f first audio median %.0f ms, last %.0f ms" % (
-        r["lanes"], r["step_ms"], r["stream_real_time_factor"], r["first_frame_ms_median"], r["first_frame_ms_max"]))
+    print("lanes %4d step %7.2f ms rtf %.3f first audio median %.0f ms, last %.0f ms; limit %.2f ms" % (
+        r["lanes"], r["step_ms"], r["stream_real_time_factor"], r["first_frame_ms_median"],
+        r["first_frame_ms_max"], r["limit"]["step_ms"]))
 PY
+  snap
+fi
+if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
+  # cuda-h200-run.sh runs bundle/drama and bundle/model_test_cuda_parity: the kept ones.
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h[0-9]{3}' |
+    tr '[:upper:]' '[:lower:]')
+  mkdir -p "$out/must"
+  [ -f "$out/${json[$pick]:-}" ] && cp "$out/${json[$pick]}" "$out/must/decode-${card:-gpu}.json"
+  if [ "$pick" != now ]; then
+    cp -f "${bin[$pick]}" bundle/drama
+    [ -n "${test[$pick]:-}" ] && [ "${test[$pick]}" != bundle/model_test_cuda_parity ] &&
+      cp -f "${test[$pick]}" bundle/model_test_cuda_parity
+  fi
+  DRAMA_RUN_SECTIONS=$AB_MUST DRAMA_ALT_EXPERTS= DRAMA_ALT_ATTENTION= OUT=$out/must \
+    timeout "${AB_MUST_SECONDS:-300}" "$here/cuda-h200-run.sh" >/dev/null 2>&1
+  echo "must-show sections ($AB_MUST) exit $?"
+  [ -f "$out/must/receipts.tar" ] && tar xf "$out/must/receipts.tar" -C "$out/must" && rm -f "$out/must/receipts.tar"
+  grep -E "exit|PASSED|FAILED|vs drama" "$out/must/log.txt" | head -20
+  snap
 fi
 if [ -n "${AB_NCU:-}" ] && command -v ncu >/dev/null; then
   timeout 200 ncu --clock-control none --nvtx --nvtx-include "kernel_times rows_${AB_NCU_ROWS:-192}/" \
     -k regex:"$AB_NCU" -c 3 --section SourceCounters --section InstructionStats -o "$out/ncu" -f \
-    $a bench decode --backend cuda --synthetic configs/bench-30b-a3b.json --frames 1 --repeats 1 \
+    bundle/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json --frames 1 --repeats 1 \
     --step-rows "${AB_NCU_ROWS:-192}" >/dev/null 2>"$out/ncu-err.txt"
   echo "ncu exit $?"
   ncu -i "$out/ncu.ncu-rep" --page source --print-source sass --csv 2>&1 | xz >"$out/sass.csv.xz"
