@@ -161,7 +161,7 @@ if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
     [ -n "${test[$pick]:-}" ] && [ "${test[$pick]}" != bundle/model_test_cuda_parity ] &&
       cp -f "${test[$pick]}" bundle/model_test_cuda_parity
   fi
-  DRAMA_RUN_SECTIONS=$AB_MUST DRAMA_ALT_EXPERTS= DRAMA_ALT_ATTENTION= OUT=$out/must \
+  DRAMA_RUN_SECTIONS=$AB_MUST DRAMA_ALT_EXPERTS='' DRAMA_ALT_ATTENTION='' OUT=$out/must \
     timeout "${AB_MUST_SECONDS:-300}" "$here/cuda-h200-run.sh" >/dev/null 2>&1
   echo "must-show sections ($AB_MUST) exit $?"
   [ -f "$out/must/receipts.tar" ] && tar xf "$out/must/receipts.tar" -C "$out/must" && rm -f "$out/must/receipts.tar"
