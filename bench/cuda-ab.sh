@@ -24,12 +24,13 @@
 #   AB_CONTRACT   1 (default): drama contract --backend cuda on the binary the rule keeps
 #   AB_LANES      lane counts for the lanes search (paired bench-30b-a3b, stops below real time),
 #                 with the binary the rule keeps
-#   AB_MUST       sections of cuda-h200-run.sh (beside this script) run with the kept binary, e.g.
-#                 "parity torch" (its torch section sets the PyTorch baselines beside this call's
-#                 decode bench of the kept binary); their receipts under must/
 #   AB_NCU        a kernel regex: Nsight Compute source counters (SASS, per instruction) on those
 #                 kernels of one AB_NCU_ROWS-row step (default 192) of the code under test, exported
 #                 as CSV (bench/ncu_source_summary.py makes the results/ncu-source-*.json receipt)
+#   AB_MUST       sections of cuda-h200-run.sh (beside this script) run with the kept binary, e.g.
+#                 "parity torch" (its torch section sets the PyTorch baselines beside this call's
+#                 decode bench of the kept binary); their receipts under must/. Last: it copies the
+#                 kept binary over bundle/drama, which cuda-h200-run.sh runs
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 final=${OUT:-/tmp/cuda-ab}
@@ -150,6 +151,15 @@ for r in json.load(open(sys.argv[1]))["runs"]:
 PY
   snap
 fi
+if [ -n "${AB_NCU:-}" ] && command -v ncu >/dev/null; then
+  timeout 200 ncu --clock-control none --nvtx --nvtx-include "kernel_times rows_${AB_NCU_ROWS:-192}/" \
+    -k regex:"$AB_NCU" -c 3 --section SourceCounters --section InstructionStats -o "$out/ncu" -f \
+    bundle/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json --frames 1 --repeats 1 \
+    --step-rows "${AB_NCU_ROWS:-192}" >/dev/null 2>"$out/ncu-err.txt"
+  echo "ncu exit $?"
+  ncu -i "$out/ncu.ncu-rep" --page source --print-source sass --csv 2>&1 | xz >"$out/sass.csv.xz"
+  rm -f "$out/ncu.ncu-rep"
+fi
 if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
   # cuda-h200-run.sh runs bundle/drama and bundle/model_test_cuda_parity: the kept ones.
   card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h[0-9]{3}' |
@@ -167,15 +177,6 @@ if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
   [ -f "$out/must/receipts.tar" ] && tar xf "$out/must/receipts.tar" -C "$out/must" && rm -f "$out/must/receipts.tar"
   grep -E "exit|PASSED|FAILED|vs drama" "$out/must/log.txt" | head -20
   snap
-fi
-if [ -n "${AB_NCU:-}" ] && command -v ncu >/dev/null; then
-  timeout 200 ncu --clock-control none --nvtx --nvtx-include "kernel_times rows_${AB_NCU_ROWS:-192}/" \
-    -k regex:"$AB_NCU" -c 3 --section SourceCounters --section InstructionStats -o "$out/ncu" -f \
-    bundle/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json --frames 1 --repeats 1 \
-    --step-rows "${AB_NCU_ROWS:-192}" >/dev/null 2>"$out/ncu-err.txt"
-  echo "ncu exit $?"
-  ncu -i "$out/ncu.ncu-rep" --page source --print-source sass --csv 2>&1 | xz >"$out/sass.csv.xz"
-  rm -f "$out/ncu.ncu-rep"
 fi
 python3 "$here/machine_facts.py" "$out" || true
 python3 "$here/strip-paths.py" "$out"/*.json || echo "strip-paths.py: a receipt still names a path"
