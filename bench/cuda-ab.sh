@@ -45,9 +45,14 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 # Each binary by name: its drama, its test executable and its decode receipt.
 declare -A bin test json
 names=()
+# The baseline: bundle/drama-baseline, or bundle/drama itself with AB_BASE_ENV (one binary, two
+# settings).
 if [ -x bundle/drama-baseline ]; then
   names+=(baseline)
   bin[baseline]=bundle/drama-baseline json[baseline]=decode-baseline.json
+elif [ -n "${AB_BASE_ENV:-}" ]; then
+  names+=(baseline)
+  bin[baseline]=bundle/drama json[baseline]=decode-baseline.json
 fi
 names+=(now)
 bin[now]=bundle/drama test[now]=bundle/model_test_cuda_parity json[now]=decode.json
@@ -80,25 +85,17 @@ if [ -n "$rows" ]; then
     echo "bench $v exit $?"
     snap
   done
-  # One binary, two settings: the baseline's side is bundle/drama with AB_BASE_ENV.
-  if [ ! -x bundle/drama-baseline ] && [ -n "${AB_BASE_ENV:-}" ]; then
-    # shellcheck disable=SC2086
-    env $AB_BASE_ENV timeout 200 bundle/drama bench decode --backend cuda \
-      --synthetic configs/bench-30b-a3b.json --frames 10 --repeats "${AB_REPEATS:-3}" \
-      --step-rows "$rows" --json "$out/decode-baseline.json" >/dev/null
-    echo "bench baseline (bundle/drama with AB_BASE_ENV) exit $?"
-    names=(baseline "${names[@]}")
-    json[baseline]=decode-baseline.json
-  fi
-  # The rule, in order: each binary against the one kept before it.
-  pick=$(python3 - "$out" "${AB_RULE:-1.01}" "${names[@]}" <<'PY'
+  # The rule, in order: each binary against the one kept before it (NAME=RECEIPT arguments).
+  args=()
+  for v in "${names[@]}"; do args+=("$v=${json[$v]}"); done
+  pick=$(python3 - "$out" "${AB_RULE:-1.01}" "${args[@]}" <<'PY'
 import json, os, sys
 out, rule = sys.argv[1], float(sys.argv[2])
-names = sys.argv[3:]
-files = {"baseline": "decode-baseline.json", "now": "decode.json"}
+files = dict(a.split("=", 1) for a in sys.argv[3:])
+names = list(files)
 def load(v):
     try:
-        return json.load(open(os.path.join(out, files.get(v, "decode-%s.json" % v))))
+        return json.load(open(os.path.join(out, files[v])))
     except (OSError, ValueError):
         return None
 d = {v: load(v) for v in names}
@@ -129,10 +126,9 @@ for v in names[1:]:
         kept = v
 print(kept)
 PY
-  ) || pick=baseline
+  ) || pick=${names[0]}
   echo "kept: $pick"
 fi
-[ -n "${bin[$pick]:-}" ] || pick=now  # one binary with AB_BASE_ENV: the baseline is bundle/drama
 if [ -n "${AB_CONTRACT-1}" ]; then
   timeout 200 "${bin[$pick]}" contract --backend cuda --json "$out/contract.json" | tail -1
   snap
@@ -166,11 +162,9 @@ if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
     tr '[:upper:]' '[:lower:]')
   mkdir -p "$out/must"
   [ -f "$out/${json[$pick]:-}" ] && cp "$out/${json[$pick]}" "$out/must/decode-${card:-gpu}.json"
-  if [ "$pick" != now ]; then
-    cp -f "${bin[$pick]}" bundle/drama
-    [ -n "${test[$pick]:-}" ] && [ "${test[$pick]}" != bundle/model_test_cuda_parity ] &&
-      cp -f "${test[$pick]}" bundle/model_test_cuda_parity
-  fi
+  [ "${bin[$pick]}" = bundle/drama ] || cp -f "${bin[$pick]}" bundle/drama
+  [ "${test[$pick]:-bundle/model_test_cuda_parity}" = bundle/model_test_cuda_parity ] ||
+    cp -f "${test[$pick]}" bundle/model_test_cuda_parity
   DRAMA_RUN_SECTIONS=$AB_MUST DRAMA_ALT_EXPERTS='' DRAMA_ALT_ATTENTION='' OUT=$out/must \
     timeout "${AB_MUST_SECONDS:-300}" "$here/cuda-h200-run.sh" >/dev/null 2>&1
   echo "must-show sections ($AB_MUST) exit $?"
