@@ -615,7 +615,9 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   int checked = 0;
   for (const Shape& sh : shapes) {
     const int64_t H = sh.hidden, I = sh.inter, n_stored = sh.n_stored, k = sh.k;
-    const int64_t slots = k + sh.extra_slots, max_rows = 64;
+    // 128 rows: bench-30b-a3b's 2048 x 768 experts at 32 pairs each, where the wide gate/up goes
+    // in passes of 32 pairs (moe.cu, kGateUp4Pairs) with whole chunks.
+    const int64_t slots = k + sh.extra_slots, max_rows = 128;
     std::vector<std::unique_ptr<DeviceBuffer>> keep;
     // One NVFP4 weight [out, in]: random codes (every E2M1 code is a value), positive E4M3 block
     // scales between 2^-4 and 2^4, a global scale near 1/64.
@@ -667,7 +669,7 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
           choice[r * k + j] = mix == 2 ? static_cast<int32_t>((r * k + j) % n_stored) : ids[j];
       }
       b.upload(idd->data(), choice.data(), choice.size() * 4);
-      for (int64_t rows : {1, 2, 3, 8, 64}) {
+      for (int64_t rows : {1, 2, 3, 8, 64, 128}) {
         const size_t n = static_cast<size_t>(rows * slots * H);
         std::ostringstream call;
         call << "hidden " << H << " inter " << I << " stored " << n_stored << " k " << k
@@ -703,7 +705,7 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 3 * 5 * 3);  // shapes, mixes, row counts, pairs of layouts
+  EXPECT_EQ(checked, 4 * 3 * 6 * 3);  // shapes, mixes, row counts, pairs of layouts
   std::printf(
       "%d (shape, mix, rows, layouts) grouped expert calls bitwise equal: v1 and v2, v3 and v3 "
       "wide, v3 splitting in the kernel and ahead\n",

@@ -795,15 +795,21 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
 // start: the additions of v3's partial[0] + partial[1] + ..., so every output has v3's bits (and
 // the bits do not depend on which layout ran: wide_layout() picks it, and tests/model/
 // test_cuda_parity.cpp checks the two equal). No cross-warp reduction. The expert's pairs go in
-// passes of kWidePairs; for every 128-input group of a pass the block stages its columns' codes
-// and block scales and the pass's activations in shared memory (cp.async, kWideStages chunks in
-// flight), and a warp decodes each weight fragment once for all the pass's pair tiles. Version
-// 3's own layout re-reads and re-decodes the weights for every tile of 8 pairs and holds a few
-// loads in flight per warp.
+// passes of 8 Tiles pairs; for every 128-input group of a pass the block stages its
+// columns' codes and block scales and the pass's activations in shared memory (cp.async,
+// kWideStages chunks in flight), and a warp decodes each weight fragment once for all the pass's
+// pair tiles. Version 3's own layout re-reads and re-decodes the weights for every tile of 8 pairs
+// and holds a few loads in flight per warp.
 constexpr int kWideWarps = 8;
 constexpr int kWideCols = 16 * kWideWarps;
-constexpr int kWideTiles = 2;  // pair tiles of 8 per pass
-constexpr int kWidePairs = 8 * kWideTiles;
+// Pair tiles of 8 a pass (Tiles): 2, or for gate/up where the experts average at least
+// kGateUp4Pairs pairs, 4 (a pass of 32 pairs: at 26-32 pairs an expert, 416-512 rows, each weight
+// decoded once, not twice; 230 registers, one block an SM). H100, 2026-12-06 13:54, each kernel
+// timed alone in one call (results/decode-gateup32-h100-1354.json beside decode-h100-1354.json):
+// gate/up at 512 rows 475 against 537 us. Down at 4 tiles was slower (367 against 303 us at 512
+// rows, 215 against 146 at 192: 48 bytes of spills, and a pass staging 32 pairs' activations where
+// 192 rows fill 12), so it keeps 2.
+constexpr int kGateUp4Pairs = 24;
 constexpr int kWideStages = 3;
 // The pass's activations arrive split (split_a); a stage holds a group's plane-A words laid out
 // as the floats were before (16 bytes for 4 inputs: runs of 8 chunks padded to 144 bytes, so the
@@ -835,9 +841,9 @@ bool wide_layout(int64_t rows, int64_t k, int64_t n_stored) {
 }
 
 // Bytes of one stage: codes [NW][kWideCols][64], block scales [NW][kWideCols][8], activations
-// [kWidePairs][kWideXStride] plane-A words and [kWidePairs][kWideXStrideB] plane-B words.
-__host__ __device__ constexpr int64_t wide_stage_bytes(int nw) {
-  return nw * kWideCols * (64 + 8) + kWidePairs * (kWideXStride + kWideXStrideB) * 4;
+// [8 tiles][kWideXStride] plane-A words and [8 tiles][kWideXStrideB] plane-B words.
+__host__ __device__ constexpr int64_t wide_stage_bytes(int nw, int tiles) {
+  return nw * kWideCols * (64 + 8) + 8 * tiles * (kWideXStride + kWideXStrideB) * 4;
 }
 
 // Whole (launch_moe_experts: every stored expert's codes and block scales on 16 bytes, as
@@ -849,13 +855,14 @@ __host__ __device__ constexpr int64_t wide_stage_bytes(int nw) {
 // 7.4 million predicated-off byte loads and their stores at 192 rows, and a fifth of its stall
 // samples waited at those stores (Nsight Compute source counters, H100, 2026-12-06 09:16,
 // results/ncu-source-rows192-h100-0916.json).
-template <int NW, bool Whole>
-__global__ void __launch_bounds__(32 * kWideWarps, 2)
+template <int NW, bool Whole, int Tiles>
+__global__ void __launch_bounds__(32 * kWideWarps, NW == 2 && Tiles == 4 ? 1 : 2)
     moe_nvfp4_v3_wide_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored,
                              int64_t hidden, int64_t inter, uint32_t* __restrict__ xs,
                              int64_t pairs, int64_t k, int64_t out_slots, int64_t groups_per_slice,
                              uint32_t* __restrict__ acts, float* workspace,
                              float* __restrict__ out) {
+  constexpr int kWideTiles = Tiles, kWidePairs = 8 * kWideTiles;
   pdl_entry();
   extern __shared__ __align__(16) uint8_t smem[];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
@@ -870,7 +877,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   const int first[2] = {NW == 2 ? 0 : 2, 1};
   const int64_t groups = (in + 127) / 128, passes = (n + kWidePairs - 1) / kWidePairs;
   const int64_t chunks = passes * groups;
-  constexpr int64_t stage_bytes = wide_stage_bytes(NW);
+  constexpr int64_t stage_bytes = wide_stage_bytes(NW, Tiles);
   const int64_t code_row = in / 2, scale_row = in / 16;
   bool codes8 = code_row % 8 == 0, scales8 = scale_row % 8 == 0;
 #pragma unroll
@@ -878,18 +885,15 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
     codes8 = codes8 && reinterpret_cast<uintptr_t>(e.data[first[w]]) % 8 == 0;
     scales8 = scales8 && reinterpret_cast<uintptr_t>(e.scales[first[w]]) % 8 == 0;
   }
-  // Pair i's activations, split (x's row for gate/up, act's for down).
-  auto pair_split = [&](int64_t i, const uint4*& a, const uint2*& b) {
-    const int64_t row = NW == 2 ? m.order[p0 + i] / k : p0 + i;
-    a = split_a(NW == 2 ? xs : acts, row, in);
-    b = split_b(NW == 2 ? xs : acts, row, in);
-  };
   // A thread stages the same kPassShare of a pass's (pair, 4-input chunk) slots in every chunk:
   // pair (threadIdx.x + 256 s) / 32 of the pass, chunk threadIdx.x % 32 of the group. Their split
-  // rows are found once a pass (a load of the grouped order and a division each), not once a chunk.
+  // rows (x's for gate/up, act's for down) are found once a pass (a load of the grouped order and a
+  // division each), not once a chunk, and held as row numbers, not two pointers each (gate/up at
+  // 192 rows 251 against 266 us, H100 2026-12-06 13:54:
+  // results/decode-passes-fragments-h100-1354.json).
   constexpr int kPassShare = kWidePairs * 32 / (32 * kWideWarps);
-  const uint4* share_a[kPassShare];
-  const uint2* share_b[kPassShare];
+  int32_t share_row[kPassShare];
+  uint32_t* const split_base = NW == 2 ? xs : acts;
   int64_t share_pass = -1;
   // The next chunk to load (chunks go in order: pass by pass, group by group), counted, not
   // divided out of a chunk index (a 64-bit division by the runtime group count).
@@ -958,7 +962,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
 #pragma unroll
       for (int sh = 0; sh < kPassShare; ++sh) {
         const int pr = (threadIdx.x + 32 * kWideWarps * sh) / 32;
-        if (i0 + pr < n) pair_split(i0 + pr, share_a[sh], share_b[sh]);
+        if (i0 + pr < n)
+          share_row[sh] = static_cast<int32_t>(NW == 2 ? m.order[p0 + i0 + pr] / k : p0 + i0 + pr);
       }
       share_pass = pass;
     }
@@ -969,8 +974,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       uint32_t* da = sxa + pr * kWideXStride + (j / 8) * kWideLaneRun + (j % 8) * 4;
       uint32_t* db = sxb + pr * kWideXStrideB + (j / 8) * kWideLaneRunB + (j % 8) * 2;
       if (i0 + pr < n && (Whole || 4 * j < len)) {
-        cp_async16(da, share_a[sh] + k0 / 4 + j);
-        cp_async8(db, share_b[sh] + k0 / 4 + j);
+        cp_async16(da, split_a(split_base, share_row[sh], in) + k0 / 4 + j);
+        cp_async8(db, split_b(split_base, share_row[sh], in) + k0 / 4 + j);
       } else {
         *reinterpret_cast<uint4*>(da) = make_uint4(0, 0, 0, 0);
         *reinterpret_cast<uint2*>(db) = make_uint2(0, 0);
@@ -1188,15 +1193,18 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   if (v3) {
     const V3Split up = v3_split(hidden), down = v3_split(inter);
     if (wide) {
-      static std::atomic<int64_t> up_allowed[2] = {0, 0}, down_allowed[2] = {0, 0};
+      static std::atomic<int64_t> up_allowed[2][2] = {}, down_allowed[2] = {0, 0};
       const bool whole = on16 && hidden % 128 == 0 && inter % 128 == 0;
-      auto* up_kernel =
-          whole ? moe_nvfp4_v3_wide_kernel<2, true> : moe_nvfp4_v3_wide_kernel<2, false>;
+      const bool up4 = pairs >= kGateUp4Pairs * n_stored;
+      auto* up_kernel = up4 ? (whole ? moe_nvfp4_v3_wide_kernel<2, true, 4>
+                                     : moe_nvfp4_v3_wide_kernel<2, false, 4>)
+                            : (whole ? moe_nvfp4_v3_wide_kernel<2, true, 2>
+                                     : moe_nvfp4_v3_wide_kernel<2, false, 2>);
       auto* down_kernel =
-          whole ? moe_nvfp4_v3_wide_kernel<1, true> : moe_nvfp4_v3_wide_kernel<1, false>;
-      const int64_t up_bytes = kWideStages * wide_stage_bytes(2),
-                    down_bytes = kWideStages * wide_stage_bytes(1);
-      allow_shared(up_kernel, up_bytes, up_allowed[whole], "moe_experts v3 wide gate/up");
+          whole ? moe_nvfp4_v3_wide_kernel<1, true, 2> : moe_nvfp4_v3_wide_kernel<1, false, 2>;
+      const int64_t up_bytes = kWideStages * wide_stage_bytes(2, up4 ? 4 : 2),
+                    down_bytes = kWideStages * wide_stage_bytes(1, 2);
+      allow_shared(up_kernel, up_bytes, up_allowed[up4][whole], "moe_experts v3 wide gate/up");
       allow_shared(down_kernel, down_bytes, down_allowed[whole], "moe_experts v3 wide down");
       launch(up_kernel, dim3(slots, blocks_for(inter, kWideCols)), 32 * kWideWarps,
              static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, split.xs,
