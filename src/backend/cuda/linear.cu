@@ -382,30 +382,53 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 8 * Tiles;
   const int chunks = static_cast<int>(in / kWideChunk), steps = static_cast<int>(in / 16);
   constexpr int stage_bytes = wide_stage_bytes(Tiles);
+  // A thread's share of a chunk's copies is the same in every chunk: weight pieces (rows
+  // threadIdx.x / 8 + 32 i of the block's, piece threadIdx.x % 8) and activation pieces (rows
+  // threadIdx.x / 16 + 16 i, piece threadIdx.x % 16). Their sources, destinations and whether their
+  // rows exist are found once here, not in every chunk (64-bit products and bound tests a copy):
+  // a chunk adds its own offset. The same bytes land in the same places, so the same bits.
+  constexpr int kWPieces = kWideColumns * 8 / (32 * kWideWarps);
+  constexpr int kXPieces = 8 * Tiles * 16 / (32 * kWideWarps);
+  static_assert(kWideColumns * 8 % (32 * kWideWarps) == 0 &&
+                8 * Tiles * 16 % (32 * kWideWarps) == 0);
+  const int w_row = threadIdx.x / 8, w_piece = threadIdx.x % 8;
+  const int x_row = threadIdx.x / 16, x_piece = threadIdx.x % 16;
+  const uint16_t* const w_src = w + (o0 + w_row) * in + 8 * w_piece;
+  const float* const x_src = x + (r0 + x_row) * in + 4 * x_piece;
+  const int64_t w_step = int64_t{32 * kWideWarps / 8} * in,
+                x_step = int64_t{32 * kWideWarps / 16} * in;
+  unsigned w_live = 0, x_live = 0;
+#pragma unroll
+  for (int i = 0; i < kWPieces; ++i)
+    if (o0 + w_row + (32 * kWideWarps / 8) * i < out) w_live |= 1u << i;
+#pragma unroll
+  for (int i = 0; i < kXPieces; ++i)
+    if (r0 + x_row + (32 * kWideWarps / 16) * i < rows) x_live |= 1u << i;
   // Chunk c of the block's weight rows and activation rows into stage st; rows past out or rows
   // are zeros (never stored).
   auto load_w = [&](int c, int st) {
-    uint8_t* sw = smem + st * stage_bytes;
+    uint8_t* d = smem + st * stage_bytes + w_row * kWideWStride + 16 * w_piece;
+    const uint16_t* s = w_src + c * kWideChunk;
 #pragma unroll
-    for (int i = threadIdx.x; i < kWideColumns * 8; i += 32 * kWideWarps) {
-      const int r = i / 8, piece = i % 8;
-      uint8_t* d = sw + r * kWideWStride + 16 * piece;
-      if (o0 + r < out)
-        cp_async16(d, w + (o0 + r) * in + c * kWideChunk + 8 * piece);
+    for (int i = 0; i < kWPieces; ++i) {
+      uint8_t* di = d + i * (32 * kWideWarps / 8) * kWideWStride;
+      if (w_live >> i & 1u)
+        cp_async16(di, s + i * w_step);
       else
-        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(di) = make_uint4(0, 0, 0, 0);
     }
   };
   auto load_x = [&](int c, int st) {
-    uint8_t* sx = smem + st * stage_bytes + kWideColumns * kWideWStride;
+    uint8_t* d =
+        smem + st * stage_bytes + kWideColumns * kWideWStride + x_row * kWideXStride + 16 * x_piece;
+    const float* s = x_src + c * kWideChunk;
 #pragma unroll
-    for (int i = threadIdx.x; i < 8 * Tiles * 16; i += 32 * kWideWarps) {
-      const int rr = i / 16, piece = i % 16;
-      uint8_t* d = sx + rr * kWideXStride + 16 * piece;
-      if (r0 + rr < rows)
-        cp_async16(d, x + (r0 + rr) * in + c * kWideChunk + 4 * piece);
+    for (int i = 0; i < kXPieces; ++i) {
+      uint8_t* di = d + i * (32 * kWideWarps / 16) * kWideXStride;
+      if (x_live >> i & 1u)
+        cp_async16(di, s + i * x_step);
       else
-        *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(di) = make_uint4(0, 0, 0, 0);
     }
   };
   // Groups: the first stages' weights (one each), then their activations (one each), then one a
@@ -448,8 +471,8 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
       // Inputs 4 p .. 4 p + 3 of row rr, split as the narrow layout splits them before its mma.
       const uint8_t* sx = sw + kWideColumns * kWideWStride;
 #pragma unroll
-      for (int i = threadIdx.x; i < 8 * Tiles * (kWideChunk / 4); i += 32 * kWideWarps) {
-        const int rr = i / (kWideChunk / 4), p = i % (kWideChunk / 4);
+      for (int i = 0; i < kXPieces; ++i) {  // a thread splits the pieces it copied
+        const int rr = x_row + (32 * kWideWarps / 16) * i, p = x_piece;
         const float4 v = *reinterpret_cast<const float4*>(sx + rr * kWideXStride + 16 * p);
         uint2 lo;
         *reinterpret_cast<uint4*>(split_a + rr * kWideAStride + 16 * p) = split_activations(v, lo);
