@@ -893,6 +893,22 @@ __global__ void __launch_bounds__(32 * kWideWarps, NW == 2 && Tiles == 4 ? 1 : 2
   // results/decode-passes-fragments-h100-1354.json).
   constexpr int kPassShare = kWidePairs * 32 / (32 * kWideWarps);
   int32_t share_row[kPassShare];
+  // Whole: a thread's code copies of a chunk (rows threadIdx.x / 4 + 64 i of the block's columns,
+  // piece threadIdx.x % 4) and its scale copy (row threadIdx.x, below kWideCols) are the same in
+  // every chunk; their sources are found once here, not in every chunk (a 64-bit product a copy),
+  // and a chunk adds its own offset. The same bytes in the same places, so the same bits.
+  constexpr int kCodeRowStep = 32 * kWideWarps / 4, kCodePieces = kWideCols / kCodeRowStep;
+  static_assert(kWideCols % kCodeRowStep == 0);
+  const int code_r = threadIdx.x / 4, code_piece = threadIdx.x % 4;
+  const int64_t code_step = kCodeRowStep * code_row;
+  const uint8_t* code_src[NW];
+  const uint8_t* scale_src[NW];
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    code_src[w] =
+        static_cast<const uint8_t*>(e.data[first[w]]) + (o0 + code_r) * code_row + 16 * code_piece;
+    scale_src[w] = e.scales[first[w]] + (o0 + threadIdx.x % kWideCols) * scale_row;
+  }
   uint32_t* const split_base = NW == 2 ? xs : acts;
   int64_t share_pass = -1;
   // The next chunk to load (chunks go in order: pass by pass, group by group), counted, not
@@ -914,19 +930,16 @@ __global__ void __launch_bounds__(32 * kWideWarps, NW == 2 && Tiles == 4 ? 1 : 2
     const int64_t len = in - k0 < 128 ? in - k0 : 128;  // a multiple of 16
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
-      const uint8_t* codes = static_cast<const uint8_t*>(e.data[first[w]]);
-      const uint8_t* scales = e.scales[first[w]];
       if constexpr (Whole) {
 #pragma unroll
-        for (int i = threadIdx.x; i < kWideCols * 4; i += 32 * kWideWarps) {
-          const int r = i / 4, piece = i % 4;
-          cp_async16(sc + (w * kWideCols + r) * 64 + piece * 16,
-                     codes + (o0 + r) * code_row + k0 / 2 + 16 * piece);
-        }
+        for (int i = 0; i < kCodePieces; ++i)
+          cp_async16(sc + (w * kWideCols + code_r + kCodeRowStep * i) * 64 + code_piece * 16,
+                     code_src[w] + i * code_step + k0 / 2);
         if (threadIdx.x < kWideCols)
-          cp_async8(ss + (w * kWideCols + threadIdx.x) * 8,
-                    scales + (o0 + threadIdx.x) * scale_row + k0 / 16);
+          cp_async8(ss + (w * kWideCols + threadIdx.x) * 8, scale_src[w] + k0 / 16);
       } else {
+        const uint8_t* codes = static_cast<const uint8_t*>(e.data[first[w]]);
+        const uint8_t* scales = e.scales[first[w]];
 #pragma unroll
         for (int i = threadIdx.x; i < kWideCols * 8; i += 32 * kWideWarps) {
           const int r = i / 8, piece = i % 8;
