@@ -197,12 +197,13 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
   const int64_t rows_here = out - o0 < kMmaColumns ? out - o0 : kMmaColumns;
   const int64_t stride = stage_stride(in);
   if constexpr (Staged) {  // in % 8 == 0 and w on 16 bytes (staged_fits): 16-byte copies
-    const int64_t chunks = in / 8;
+    // Row by row (a division and a remainder a copy, had the rows and chunks been one count,
+    // would hold back the copies' issue at batch 1, where they are most of the work).
+    const int chunks = static_cast<int>(in / 8);
     const uint8_t* src = reinterpret_cast<const uint8_t*>(w + o0 * in);
-    for (int64_t i = threadIdx.x; i < rows_here * chunks; i += blockDim.x) {
-      const int64_t r = i / chunks, c = i % chunks;
-      cp_async16(tile + r * stride + 16 * c, src + r * in * 2 + 16 * c);
-    }
+    uint8_t* dst = tile;
+    for (int64_t r = 0; r < rows_here; ++r, src += in * 2, dst += stride)
+      for (int c = threadIdx.x; c < chunks; c += blockDim.x) cp_async16(dst + 16 * c, src + 16 * c);
     cp_async_commit();
   }
   pdl_entry();
