@@ -802,13 +802,15 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
 // and holds a few loads in flight per warp.
 constexpr int kWideWarps = 8;
 constexpr int kWideCols = 16 * kWideWarps;
-// Pair tiles of 8 a pass (Tiles): 2, or for gate/up where the experts average at least
-// kGateUp4Pairs pairs, 4 (a pass of 32 pairs: at 26-32 pairs an expert, 416-512 rows, each weight
-// decoded once, not twice; 230 registers, one block an SM). H100, 2026-12-06 13:54, each kernel
+// Pair tiles of 8 a pass (Tiles): 2, or where the experts average at least kGateUp4Pairs pairs,
+// 4 (a pass of 32 pairs: at 26-32 pairs an expert, 416-512 rows, each weight decoded once, not
+// twice). Gate/up at 4 tiles: 236 registers, one block an SM; H100, 2026-12-06 13:54, each kernel
 // timed alone in one call (results/decode-gateup32-h100-1354.json beside decode-h100-1354.json):
-// gate/up at 512 rows 475 against 537 us. Down at 4 tiles was slower (367 against 303 us at 512
-// rows, 215 against 146 at 192: 48 bytes of spills, and a pass staging 32 pairs' activations where
-// 192 rows fill 12), so it keeps 2.
+// gate/up at 512 rows 475 against 537 us. Down at 4 tiles at every row count was slower then (367
+// against 303 us at 512 rows, 215 against 146 at 192: 48 bytes of spills, and a pass staging 32
+// pairs' activations where 192 rows fill 12); with a pass's rows as row numbers and its copies
+// found once a block it has 128 registers and no spills (ptxas sm_90a), so it takes 4 tiles where
+// gate/up does. NOT MEASURED yet.
 constexpr int kGateUp4Pairs = 24;
 constexpr int kWideStages = 3;
 // The pass's activations arrive split (split_a); a stage holds a group's plane-A words laid out
@@ -1206,19 +1208,21 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
   if (v3) {
     const V3Split up = v3_split(hidden), down = v3_split(inter);
     if (wide) {
-      static std::atomic<int64_t> up_allowed[2][2] = {}, down_allowed[2] = {0, 0};
+      static std::atomic<int64_t> up_allowed[2][2] = {}, down_allowed[2][2] = {};
       const bool whole = on16 && hidden % 128 == 0 && inter % 128 == 0;
       const bool up4 = pairs >= kGateUp4Pairs * n_stored;
       auto* up_kernel = up4 ? (whole ? moe_nvfp4_v3_wide_kernel<2, true, 4>
                                      : moe_nvfp4_v3_wide_kernel<2, false, 4>)
                             : (whole ? moe_nvfp4_v3_wide_kernel<2, true, 2>
                                      : moe_nvfp4_v3_wide_kernel<2, false, 2>);
-      auto* down_kernel =
-          whole ? moe_nvfp4_v3_wide_kernel<1, true, 2> : moe_nvfp4_v3_wide_kernel<1, false, 2>;
+      auto* down_kernel = up4 ? (whole ? moe_nvfp4_v3_wide_kernel<1, true, 4>
+                                       : moe_nvfp4_v3_wide_kernel<1, false, 4>)
+                              : (whole ? moe_nvfp4_v3_wide_kernel<1, true, 2>
+                                       : moe_nvfp4_v3_wide_kernel<1, false, 2>);
       const int64_t up_bytes = kWideStages * wide_stage_bytes(2, up4 ? 4 : 2),
-                    down_bytes = kWideStages * wide_stage_bytes(1, 2);
+                    down_bytes = kWideStages * wide_stage_bytes(1, up4 ? 4 : 2);
       allow_shared(up_kernel, up_bytes, up_allowed[up4][whole], "moe_experts v3 wide gate/up");
-      allow_shared(down_kernel, down_bytes, down_allowed[whole], "moe_experts v3 wide down");
+      allow_shared(down_kernel, down_bytes, down_allowed[up4][whole], "moe_experts v3 wide down");
       launch(up_kernel, dim3(slots, blocks_for(inter, kWideCols)), 32 * kWideWarps,
              static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, split.xs,
              pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
