@@ -810,7 +810,9 @@ constexpr int kWideCols = 16 * kWideWarps;
 // against 303 us at 512 rows, 215 against 146 at 192: 48 bytes of spills, and a pass staging 32
 // pairs' activations where 192 rows fill 12); with a pass's rows as row numbers and its copies
 // found once a block it has 128 registers and no spills (ptxas sm_90a), so it takes 4 tiles where
-// gate/up does. NOT MEASURED yet.
+// gate/up does: 277 against 293 us at 512 rows, H100 2026-12-06 15:58
+// (results/decode-h100-1558.json beside decode-before-down4-h100-1558.json; below 24 pairs it is
+// the same kernel as before).
 constexpr int kGateUp4Pairs = 24;
 constexpr int kWideStages = 3;
 // The pass's activations arrive split (split_a); a stage holds a group's plane-A words laid out
@@ -898,7 +900,9 @@ __global__ void __launch_bounds__(32 * kWideWarps, NW == 2 && Tiles == 4 ? 1 : 2
   // Whole: a thread's code copies of a chunk (rows threadIdx.x / 4 + 64 i of the block's columns,
   // piece threadIdx.x % 4) and its scale copy (row threadIdx.x, below kWideCols) are the same in
   // every chunk; their sources are found once here, not in every chunk (a 64-bit product a copy),
-  // and a chunk adds its own offset. The same bytes in the same places, so the same bits.
+  // and a chunk adds its own offset. The same bytes in the same places, so the same bits. Gate/up
+  // 474 -> 450 us and down 304 -> 293 at 512 rows, H100 2026-12-06 15:42
+  // (results/decode-hoist-experts-h100-1542.json beside decode-hoist-linear-h100-1542.json).
   constexpr int kCodeRowStep = 32 * kWideWarps / 4, kCodePieces = kWideCols / kCodeRowStep;
   static_assert(kWideCols % kCodeRowStep == 0);
   const int code_r = threadIdx.x / 4, code_piece = threadIdx.x % 4;
