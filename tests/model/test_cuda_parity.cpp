@@ -615,8 +615,8 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   int checked = 0;
   for (const Shape& sh : shapes) {
     const int64_t H = sh.hidden, I = sh.inter, n_stored = sh.n_stored, k = sh.k;
-    // 128 rows: bench-30b-a3b's 2048 x 768 experts at 32 pairs each, where the wide gate/up goes
-    // in passes of 32 pairs (moe.cu, kGateUp4Pairs) with whole chunks.
+    // 128 rows: bench-30b-a3b's 2048 x 768 experts at 32 pairs each, where the wide gate/up
+    // and down go in passes of 32 pairs (moe.cu, kWide4TilePairs) with whole chunks.
     const int64_t slots = k + sh.extra_slots, max_rows = 128;
     std::vector<std::unique_ptr<DeviceBuffer>> keep;
     // One NVFP4 weight [out, in]: random codes (every E2M1 code is a value), positive E4M3 block

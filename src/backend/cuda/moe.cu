@@ -802,7 +802,7 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
 // and holds a few loads in flight per warp.
 constexpr int kWideWarps = 8;
 constexpr int kWideCols = 16 * kWideWarps;
-// Pair tiles of 8 a pass (Tiles): 2, or where the experts average at least kGateUp4Pairs pairs,
+// Pair tiles of 8 a pass (Tiles): 2, or where the experts average at least kWide4TilePairs pairs,
 // 4 (a pass of 32 pairs: at 26-32 pairs an expert, 416-512 rows, each weight decoded once, not
 // twice). Gate/up at 4 tiles: 236 registers, one block an SM; H100, 2026-12-06 13:54, each kernel
 // timed alone in one call (results/decode-gateup32-h100-1354.json beside decode-h100-1354.json):
@@ -813,7 +813,7 @@ constexpr int kWideCols = 16 * kWideWarps;
 // gate/up does: 277 against 293 us at 512 rows, H100 2026-12-06 15:58
 // (results/decode-h100-1558.json beside decode-before-down4-h100-1558.json; below 24 pairs it is
 // the same kernel as before).
-constexpr int kGateUp4Pairs = 24;
+constexpr int kWide4TilePairs = 24;
 constexpr int kWideStages = 3;
 // The pass's activations arrive split (split_a); a stage holds a group's plane-A words laid out
 // as the floats were before (16 bytes for 4 inputs: runs of 8 chunks padded to 144 bytes, so the
@@ -1214,19 +1214,19 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
     if (wide) {
       static std::atomic<int64_t> up_allowed[2][2] = {}, down_allowed[2][2] = {};
       const bool whole = on16 && hidden % 128 == 0 && inter % 128 == 0;
-      const bool up4 = pairs >= kGateUp4Pairs * n_stored;
-      auto* up_kernel = up4 ? (whole ? moe_nvfp4_v3_wide_kernel<2, true, 4>
-                                     : moe_nvfp4_v3_wide_kernel<2, false, 4>)
-                            : (whole ? moe_nvfp4_v3_wide_kernel<2, true, 2>
-                                     : moe_nvfp4_v3_wide_kernel<2, false, 2>);
-      auto* down_kernel = up4 ? (whole ? moe_nvfp4_v3_wide_kernel<1, true, 4>
-                                       : moe_nvfp4_v3_wide_kernel<1, false, 4>)
-                              : (whole ? moe_nvfp4_v3_wide_kernel<1, true, 2>
-                                       : moe_nvfp4_v3_wide_kernel<1, false, 2>);
-      const int64_t up_bytes = kWideStages * wide_stage_bytes(2, up4 ? 4 : 2),
-                    down_bytes = kWideStages * wide_stage_bytes(1, up4 ? 4 : 2);
-      allow_shared(up_kernel, up_bytes, up_allowed[up4][whole], "moe_experts v3 wide gate/up");
-      allow_shared(down_kernel, down_bytes, down_allowed[up4][whole], "moe_experts v3 wide down");
+      const bool four = pairs >= kWide4TilePairs * n_stored;  // both products in passes of 32
+      auto* up_kernel = four ? (whole ? moe_nvfp4_v3_wide_kernel<2, true, 4>
+                                      : moe_nvfp4_v3_wide_kernel<2, false, 4>)
+                             : (whole ? moe_nvfp4_v3_wide_kernel<2, true, 2>
+                                      : moe_nvfp4_v3_wide_kernel<2, false, 2>);
+      auto* down_kernel = four ? (whole ? moe_nvfp4_v3_wide_kernel<1, true, 4>
+                                        : moe_nvfp4_v3_wide_kernel<1, false, 4>)
+                               : (whole ? moe_nvfp4_v3_wide_kernel<1, true, 2>
+                                        : moe_nvfp4_v3_wide_kernel<1, false, 2>);
+      const int64_t up_bytes = kWideStages * wide_stage_bytes(2, four ? 4 : 2),
+                    down_bytes = kWideStages * wide_stage_bytes(1, four ? 4 : 2);
+      allow_shared(up_kernel, up_bytes, up_allowed[four][whole], "moe_experts v3 wide gate/up");
+      allow_shared(down_kernel, down_bytes, down_allowed[four][whole], "moe_experts v3 wide down");
       launch(up_kernel, dim3(slots, blocks_for(inter, kWideCols)), 32 * kWideWarps,
              static_cast<size_t>(up_bytes), stream, experts, n_stored, hidden, inter, split.xs,
              pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
