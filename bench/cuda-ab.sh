@@ -6,7 +6,10 @@
 # binary kept before it. The folder is made here by
 #   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp BASELINE DIR/bundle/drama-baseline \
 #     && cp -r configs DIR/ && cp bench/cuda-ab.sh bench/strip-paths.py bench/machine_facts.py DIR/
-# (BASELINE: `drama` built from the commit before the change) and run there as DIR/cuda-ab.sh, with
+# (BASELINE: `drama` built from the commit before the change; for AB_MUST also the files
+# cuda-h200-run.sh's header lists: server_test_serve_e2e and server_test_serve_lanes in the bundle,
+# and cuda-h200-run.sh, server_latency.py, thread-scaling.sh and torch_baselines.py beside this
+# script) and run there as DIR/cuda-ab.sh, with
 # OUT set (the device tool returns at most 8 files: everything lands in OUT/receipts.tar, written
 # again after every stage, so a call cut off at its limit still returns what it measured).
 #
