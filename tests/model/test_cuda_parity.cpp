@@ -713,6 +713,87 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
 #endif
 }
 
+// Attention version 2's quad layout (128 threads a head, where its blocks are few) gives the bits
+// of its warp-a-head layout for every output (attention.cu). Compared bitwise at the configs'
+// head shapes, at head_dim 256 with 6 query heads a KV head and at 6 heads a KV head of 4, for 1, 3
+// and 40 rows (at 4 KV heads 40 rows make 160 >= 132 blocks: a block takes all of a KV head's query
+// heads, 8 or 6, else 2 or 1), spans of one split (up to 128 positions) and of several (merged),
+// with and without a window, each row with its cache rows elsewhere (cache_row0).
+TEST(CudaAttention, QuadLayoutEqualsWarpPerHeadBitwise) {
+  REQUIRE_CUDA(cuda);
+#ifdef DRAMA_WITH_CUDA
+  Backend& b = *cuda;
+  const int version_before = cuda::set_attention_version(b, 2);
+  const int quad_before = cuda::set_attention_quad(b, 0);
+  const AtExit restore{[&b, version_before, quad_before] {
+    cuda::set_attention_version(b, version_before);
+    cuda::set_attention_quad(b, quad_before);
+  }};
+  struct Shape {
+    int64_t n_heads, n_kv_heads, head_dim;
+  };
+  const Shape shapes[] = {{32, 4, 128}, {4, 2, 16},   {8, 2, 32},  {8, 8, 64},
+                          {16, 4, 64},  {12, 2, 256}, {24, 4, 128}};
+  std::mt19937 gen(17);
+  std::normal_distribution<float> normal;
+  const int64_t max_rows = 40, max_positions = 700;
+  int checked = 0;
+  for (const Shape& sh : shapes) {
+    const int64_t nh = sh.n_heads, nkv = sh.n_kv_heads, hd = sh.head_dim;
+    const int64_t q_elems = nh * hd, kv_elems = nkv * hd;
+    std::vector<float> q(static_cast<size_t>(max_rows * q_elems)),
+        kv(static_cast<size_t>(max_rows * max_positions * kv_elems));
+    for (auto& v : q) v = 2.0f * normal(gen);
+    for (auto& v : kv) v = normal(gen);
+    auto qd = b.alloc(q.size() * 4), kd = b.alloc(kv.size() * 4), vd = b.alloc(kv.size() * 4),
+         pd = b.alloc(static_cast<size_t>(max_rows) * 4),
+         rd = b.alloc(static_cast<size_t>(max_rows) * 4),
+         yd = b.alloc(static_cast<size_t>(max_rows * q_elems) * 4);
+    b.upload(qd->data(), q.data(), q.size() * 4);
+    b.upload(kd->data(), kv.data(), kv.size() * 4);
+    std::shuffle(kv.begin(), kv.end(), gen);
+    b.upload(vd->data(), kv.data(), kv.size() * 4);
+    std::vector<int32_t> row0(max_rows);
+    for (int64_t r = 0; r < max_rows; ++r) row0[r] = static_cast<int32_t>(r * max_positions);
+    std::shuffle(row0.begin(), row0.end(), gen);
+    b.upload(rd->data(), row0.data(), row0.size() * 4);
+    for (int64_t longest : {int64_t{100}, max_positions}) {
+      std::vector<int32_t> pos(max_rows);
+      std::uniform_int_distribution<int32_t> at(0, static_cast<int32_t>(longest - 1));
+      for (auto& p : pos) p = at(gen);
+      pos[0] = static_cast<int32_t>(longest - 1);
+      b.upload(pd->data(), pos.data(), pos.size() * 4);
+      for (int64_t window : {int64_t{0}, int64_t{70}}) {
+        for (int64_t rows : {1, 3, 40}) {
+          std::vector<float> got[2];
+          for (int which = 0; which < 2; ++which) {
+            cuda::set_attention_quad(b, which);
+            poison(b, yd->f32(), rows * q_elems);
+            b.attention(qd->f32(), rows, static_cast<const int32_t*>(pd->data()),
+                        static_cast<const int32_t*>(rd->data()), kd->f32(), vd->f32(), nh, nkv, hd,
+                        window, yd->f32());
+            got[which].resize(static_cast<size_t>(rows * q_elems));
+            b.download(got[which].data(), yd->data(), got[which].size() * 4);
+          }
+          std::ostringstream call;
+          call << "heads " << nh << "/" << nkv << " head_dim " << hd << " longest " << longest
+               << " window " << window << " rows " << rows;
+          for (size_t i = 0; i < got[0].size(); ++i) {
+            ASSERT_TRUE(std::isfinite(got[0][i])) << call.str() << " element " << i;
+            ASSERT_EQ(std::memcmp(&got[0][i], &got[1][i], 4), 0)
+                << call.str() << " element " << i << ": a warp a head " << got[0][i] << ", quad "
+                << got[1][i];
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 7 * 2 * 2 * 3);  // shapes, spans, windows, row counts
+  std::printf("%d attention calls bitwise equal in the quad layout and a warp a head\n", checked);
+#endif
+}
+
 // Lanes on CUDA (spec: "--lanes N ... without changing any request's bytes"): 12 requests, each
 // alone on a one-lane CUDA model, then all of them on a 4-lane CUDA model joining as lanes free
 // up: the same codes, byte for byte. A decode step reads the device once (the codes and flags)

@@ -224,7 +224,18 @@ __host__ __device__ inline int64_t gqa_shared_floats(int heads, int64_t head_dim
 // block, at most kGqaHeads; the launch picks it, and no head's arithmetic depends on it).
 // head_dim % 4 == 0, at most kMaxHeadDim; q, k_cache and v_cache on 16 bytes (launch_attention
 // checks). Split s of a row takes the chunks [s * run, (s + 1) * run) of its span.
-__global__ void __launch_bounds__(32 * kGqaHeads)
+//
+// Quad (the layout for few rows, same bits): where a launch has few blocks (a few rows: 16 blocks
+// of 2 heads at one row of bench-30b-a3b) each block's two warps ran every chunk's loops alone,
+// latency-bound (Nsight Compute at one row: 12.7 us, 4.5% occupancy, 0.48 instructions a cycle,
+// results/ncu-attention-rows1-h200.json). The quad layout gives a block 128 threads a head: a
+// score's four running sums s0..s3 are four threads' fmaf chains (thread 4 j + c of the head
+// runs s_c of position j), added by two shuffles as (s0 + s1) + (s2 + s3) (an addition is
+// commutative, so either lane's sum has the bits); a value dimension is a thread's own chain
+// (thread t of the head: dimensions t + 128 g). The same operations in the same order for every
+// score, weight and output as one warp a head, so the same bits.
+template <bool Quad>
+__global__ void __launch_bounds__((Quad ? 128 : 32) * kGqaHeads)
     attention_gqa_kernel(const float* __restrict__ q, const int32_t* __restrict__ positions,
                          const int32_t* __restrict__ cache_row0, const float* __restrict__ k_cache,
                          const float* __restrict__ v_cache, int64_t n_heads, int64_t n_kv_heads,
@@ -234,6 +245,9 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
   pdl_entry();
   extern __shared__ __align__(16) float smem[];
   __shared__ float ps[kGqaHeads][kChunk];  // each head's weights e_j of the chunk
+  // Quad: each head's scores of the chunk; its rescale factor, then (after the last chunk) m, l.
+  __shared__ float qsc[Quad ? kGqaHeads : 1][kChunk];
+  __shared__ float head_stat[Quad ? 3 : 1][kGqaHeads];
   const int hd = static_cast<int>(head_dim);
   const int64_t group = n_heads / n_kv_heads;
   const int64_t head_groups = (group + heads - 1) / heads;
@@ -295,8 +309,16 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
 
   float m = -__int_as_float(0x7f800000), l = 0.0f;
   float4 acc[kGqaDimGroups];
+  float qacc[kGqaDimGroups];  // quad: dimensions qt + 128 g of head qh
 #pragma unroll
-  for (int g = 0; g < kGqaDimGroups; ++g) acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int g = 0; g < kGqaDimGroups; ++g) {
+    acc[g] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    qacc[g] = 0.0f;
+  }
+  // Quad: this thread's head, and its place in the head's 128 threads (scores: position qt / 4,
+  // running sum qt % 4; values: dimensions qt + 128 g). A whole warp has one head.
+  const int qh = static_cast<int>(threadIdx.x) / 128, qt = static_cast<int>(threadIdx.x) % 128;
+  const bool quad_mine = qh < n_mine;
   float* pw = ps[warp];  // blockDim is at most 32 * kGqaHeads
   for (int64_t c = c0; c < c1; ++c) {
     const int64_t j0 = first + c * kChunk;
@@ -305,7 +327,48 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
     const float* K = bufs + (c - c0) % kGqaBuffers * buf_floats;
     const float* V = K + kChunk * ks;
     const int n = static_cast<int>(last - j0 + 1 < kChunk ? last - j0 + 1 : kChunk);
-    if (active) {
+    if constexpr (Quad) {
+      if (quad_mine) {
+        const int qj = qt / 4, qc = qt % 4;
+        float sum = 0.0f;
+        if (qj < n) {
+          const float* kr = K + qj * ks + qc;
+          const float* qr = qs + qh * hd + qc;
+#pragma unroll 4
+          for (int d4 = 0; d4 < pieces; ++d4) sum = fmaf(qr[4 * d4], kr[4 * d4], sum);
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // s0 + s1 (and s2 + s3)
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);  // (s0 + s1) + (s2 + s3)
+        if (qc == 0) qsc[qh][qj] = qj < n ? sum * scale : -__int_as_float(0x7f800000);
+      }
+      __syncthreads();
+      if (active) {
+        const float score = qsc[warp][lane];
+        const float m_new = fmaxf(m, warp_max(score));
+        const float e = lane < n ? expf(score - m_new) : 0.0f;
+        const float sum = warp_sum(e);
+        const float alpha = expf(m - m_new);  // 0 for the first chunk (m = -inf)
+        l = l * alpha + sum;
+        pw[lane] = e;
+        if (lane == 0) head_stat[0][warp] = alpha;
+        m = m_new;
+      }
+      __syncthreads();
+      if (quad_mine) {
+        const float alpha = head_stat[0][qh];
+        const float* e = ps[qh];
+#pragma unroll
+        for (int g = 0; g < kGqaDimGroups; ++g) {
+          const int d = qt + 128 * g;
+          if (d < hd) {
+            float a = 0.0f;
+#pragma unroll 4
+            for (int j = 0; j < n; ++j) a = fmaf(e[j], V[j * hd + d], a);
+            qacc[g] = qacc[g] * alpha + a;
+          }
+        }
+      }
+    } else if (active) {
       // Score of position j (lane j): four running sums over d = 4i + 0..3 (each in increasing
       // i with fmaf), added as (s0 + s1) + (s2 + s3), times 1/sqrt(head_dim).
       float score = -__int_as_float(0x7f800000);
@@ -364,40 +427,75 @@ __global__ void __launch_bounds__(32 * kGqaHeads)
       ++issued;
     }
   }
-  if (used == 1) {
-    // The merge of one split: weight exp(m - m) = 1 (0 for m = -inf), then the division.
+  if constexpr (Quad) {
+    if (active && lane == 0) {
+      head_stat[1][warp] = m;
+      head_stat[2][warp] = l;
+    }
+    __syncthreads();
+    if (quad_mine) {
+      const float mq = head_stat[1][qh], lq = head_stat[2][qh];
+      if (used == 1) {
+        // The merge of one split, as below.
+        const float big = fmaxf(-__int_as_float(0x7f800000), mq);
+        const float w = mq == -__int_as_float(0x7f800000) ? 0.0f : expf(mq - big);
+        const float inv = 1.0f / (0.0f + lq * w);
+        float* o = out + (r * n_heads + h0 + qh) * head_dim;
+#pragma unroll
+        for (int g = 0; g < kGqaDimGroups; ++g) {
+          const int d = qt + 128 * g;
+          if (d < hd) o[d] = (0.0f + qacc[g] * w) * inv;
+        }
+      } else {
+        float* mine = partial + ((r * n_heads + h0 + qh) * kSplits + split) * (head_dim + 2);
+        if (qt == 0) {
+          mine[0] = mq;
+          mine[1] = lq;
+        }
+#pragma unroll
+        for (int g = 0; g < kGqaDimGroups; ++g) {
+          const int d = qt + 128 * g;
+          if (d < hd) mine[2 + d] = qacc[g];
+        }
+      }
+    }
+    if (used == 1) return;
+  } else {
+    if (used == 1) {
+      // The merge of one split: weight exp(m - m) = 1 (0 for m = -inf), then the division.
+      if (active) {
+        const float big = fmaxf(-__int_as_float(0x7f800000), m);
+        const float w = m == -__int_as_float(0x7f800000) ? 0.0f : expf(m - big);
+        const float inv = 1.0f / (0.0f + l * w);
+        float* o = out + (r * n_heads + h) * head_dim;
+#pragma unroll
+        for (int g = 0; g < kGqaDimGroups; ++g) {
+          const int d = 4 * lane + 128 * g;
+          if (d < hd) {
+            o[d] = (0.0f + acc[g].x * w) * inv;
+            o[d + 1] = (0.0f + acc[g].y * w) * inv;
+            o[d + 2] = (0.0f + acc[g].z * w) * inv;
+            o[d + 3] = (0.0f + acc[g].w * w) * inv;
+          }
+        }
+      }
+      return;
+    }
     if (active) {
-      const float big = fmaxf(-__int_as_float(0x7f800000), m);
-      const float w = m == -__int_as_float(0x7f800000) ? 0.0f : expf(m - big);
-      const float inv = 1.0f / (0.0f + l * w);
-      float* o = out + (r * n_heads + h) * head_dim;
+      float* mine = partial + ((r * n_heads + h) * kSplits + split) * (head_dim + 2);
+      if (lane == 0) {
+        mine[0] = m;
+        mine[1] = l;
+      }
 #pragma unroll
       for (int g = 0; g < kGqaDimGroups; ++g) {
         const int d = 4 * lane + 128 * g;
         if (d < hd) {
-          o[d] = (0.0f + acc[g].x * w) * inv;
-          o[d + 1] = (0.0f + acc[g].y * w) * inv;
-          o[d + 2] = (0.0f + acc[g].z * w) * inv;
-          o[d + 3] = (0.0f + acc[g].w * w) * inv;
+          mine[2 + d] = acc[g].x;
+          mine[3 + d] = acc[g].y;
+          mine[4 + d] = acc[g].z;
+          mine[5 + d] = acc[g].w;
         }
-      }
-    }
-    return;
-  }
-  if (active) {
-    float* mine = partial + ((r * n_heads + h) * kSplits + split) * (head_dim + 2);
-    if (lane == 0) {
-      mine[0] = m;
-      mine[1] = l;
-    }
-#pragma unroll
-    for (int g = 0; g < kGqaDimGroups; ++g) {
-      const int d = 4 * lane + 128 * g;
-      if (d < hd) {
-        mine[2 + d] = acc[g].x;
-        mine[3 + d] = acc[g].y;
-        mine[4 + d] = acc[g].z;
-        mine[5 + d] = acc[g].w;
       }
     }
   }
@@ -419,6 +517,17 @@ const char* attention_environment() {
 }
 std::atomic<int> g_attention_version{std::string(attention_environment()) == "v1" ? 1 : 2};
 
+// DRAMA_CUDA_ATTENTION_QUAD: unset or empty, version 2 in its quad layout where its blocks take 2
+// heads (few rows: rows x KV heads < 132); 0, never; 1, always. Held as -1 for the first.
+const char* attention_quad_environment() {
+  const char* v = std::getenv("DRAMA_CUDA_ATTENTION_QUAD");
+  return v ? v : "";
+}
+std::atomic<int> g_attention_quad{[] {
+  const std::string v = attention_quad_environment();
+  return v == "0" ? 0 : v == "1" ? 1 : -1;
+}()};
+
 }  // namespace
 
 int64_t attention_partial_floats(int64_t rows, int64_t n_heads, int64_t head_dim) {
@@ -435,7 +544,16 @@ int set_attention_version_flag(int version) {
   return g_attention_version.exchange(version, std::memory_order_relaxed);
 }
 
+int set_attention_quad_flag(int quad) {
+  if (quad < -1 || quad > 1)
+    throw Error("attention quad layout " + std::to_string(quad) + ": -1, 0 or 1");
+  return g_attention_quad.exchange(quad, std::memory_order_relaxed);
+}
+
 void check_attention_environment() {
+  const std::string quad = attention_quad_environment();
+  if (!quad.empty() && quad != "0" && quad != "1")
+    throw Error("DRAMA_CUDA_ATTENTION_QUAD=" + quad + ": 0 or 1");
   const std::string v = attention_environment();
   if (!v.empty() && v != "v1" && v != "v2") throw Error("DRAMA_CUDA_ATTENTION=" + v + ": v1 or v2");
 }
@@ -464,12 +582,23 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
     const int heads = static_cast<int>(group < most ? group : most);
     const int64_t head_groups = (group + heads - 1) / heads;
     const int64_t bytes = gqa_shared_floats(heads, head_dim) * static_cast<int64_t>(sizeof(float));
-    static std::atomic<int64_t> allowed{0};
-    allow_shared(attention_gqa_kernel, bytes, allowed, "attention v2");
     const dim3 grid(static_cast<unsigned>(rows * n_kv_heads * head_groups), kSplits);
-    launch(attention_gqa_kernel, grid, 32 * heads, static_cast<size_t>(bytes), stream, q, positions,
-           cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale, heads,
-           partial, counters, out);
+    // The quad layout (the same bits) where the blocks are few: where they take 2 heads.
+    const int quad = g_attention_quad.load(std::memory_order_relaxed);
+    if (quad < 0 ? most == 2 : quad > 0) {
+      static std::atomic<int64_t> allowed{0};
+      allow_shared(attention_gqa_kernel<true>, bytes, allowed, "attention v2 (quad)");
+      launch(attention_gqa_kernel<true>, grid, 128 * heads, static_cast<size_t>(bytes), stream, q,
+             positions, cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale,
+             heads, partial, counters, out);
+      check_launch("attention (quad)");
+      return;
+    }
+    static std::atomic<int64_t> allowed{0};
+    allow_shared(attention_gqa_kernel<false>, bytes, allowed, "attention v2");
+    launch(attention_gqa_kernel<false>, grid, 32 * heads, static_cast<size_t>(bytes), stream, q,
+           positions, cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale,
+           heads, partial, counters, out);
     check_launch("attention");
     return;
   }

@@ -23,7 +23,12 @@ namespace drama::cuda {
 // version 2 does not take (head_dim % 4 != 0) run version 1.
 int attention_version();
 int set_attention_version_flag(int version);
-// Throws drama::Error when DRAMA_CUDA_ATTENTION is set to neither "v1" nor "v2".
+// Version 2's quad layout (the same bits: 128 threads a head, for launches of few blocks):
+// -1 where its blocks take 2 heads (the default, DRAMA_CUDA_ATTENTION_QUAD unset), 0 never, 1
+// always; returns the previous setting.
+int set_attention_quad_flag(int quad);
+// Throws drama::Error when DRAMA_CUDA_ATTENTION is set to neither "v1" nor "v2", or
+// DRAMA_CUDA_ATTENTION_QUAD to neither "0" nor "1".
 void check_attention_environment();
 
 // Floats of the `partial` workspace launch_attention needs.

@@ -413,6 +413,10 @@ int set_attention_version(Backend& backend, int version) {
   return switch_kernel(backend, version, set_attention_version_flag);
 }
 
+int set_attention_quad(Backend& backend, int quad) {
+  return switch_kernel(backend, quad, set_attention_quad_flag);
+}
+
 int64_t set_wide_rows(Backend& backend, int64_t rows) {
   return switch_kernel(backend, rows, set_wide_rows_flag);
 }

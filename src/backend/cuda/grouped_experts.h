@@ -80,6 +80,13 @@ int64_t set_linear_wide_rows(Backend& backend, int64_t rows);
 // Throws drama::Error when `backend` is not the CUDA backend or the version is neither.
 int set_attention_version(Backend& backend, int version);
 
+// Sets where attention version 2 takes its quad layout (the same bits, attention.cu) for every
+// CUDA backend of the process: -1 the default (where its blocks take 2 heads; else
+// DRAMA_CUDA_ATTENTION_QUAD), 0 never, 1 always. Drops `backend`'s captured graphs and returns the
+// previous setting. Throws drama::Error when `backend` is not the CUDA backend or quad is none of
+// them.
+int set_attention_quad(Backend& backend, int quad);
+
 // A named range on the timeline for the Nsight tools (NVTX push and pop; nothing without a tool).
 void push_range(const char* name);
 void pop_range();
