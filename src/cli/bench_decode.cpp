@@ -184,9 +184,18 @@ PassResult decode_pass(Drama3Model& model, int64_t lanes, int64_t frames, const 
   r.timing = model.timing();
   r.expert_bytes = model.backend().transfers().expert_weight_bytes - experts0;
 #ifdef DRAMA_WITH_CUDA
-  if (time_kernels)
-    r.kernels = kernel_table(
-        cuda::time_each_kernel(model.backend(), [&] { step([](const StepEvent&) {}); }), 0);
+  if (time_kernels) {
+    // An NVTX range (Nsight Compute: --nvtx --nvtx-include "kernel_times lanes_N/" profiles this
+    // step's kernels launched one by one).
+    const std::string range = "kernel_times lanes_" + std::to_string(lanes);
+    r.kernels = kernel_table(cuda::time_each_kernel(model.backend(),
+                                                    [&] {
+                                                      cuda::push_range(range.c_str());
+                                                      step([](const StepEvent&) {});
+                                                      cuda::pop_range();
+                                                    }),
+                             0);
+  }
 #else
   (void)time_kernels;
 #endif
