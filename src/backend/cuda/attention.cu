@@ -583,23 +583,17 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
     const int64_t head_groups = (group + heads - 1) / heads;
     const int64_t bytes = gqa_shared_floats(heads, head_dim) * static_cast<int64_t>(sizeof(float));
     const dim3 grid(static_cast<unsigned>(rows * n_kv_heads * head_groups), kSplits);
-    // The quad layout (the same bits) where the blocks are few: where they take 2 heads.
-    const int quad = g_attention_quad.load(std::memory_order_relaxed);
-    if (quad < 0 ? most == 2 : quad > 0) {
-      static std::atomic<int64_t> allowed{0};
-      allow_shared(attention_gqa_kernel<true>, bytes, allowed, "attention v2 (quad)");
-      launch(attention_gqa_kernel<true>, grid, 128 * heads, static_cast<size_t>(bytes), stream, q,
-             positions, cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale,
-             heads, partial, counters, out);
-      check_launch("attention (quad)");
-      return;
-    }
-    static std::atomic<int64_t> allowed{0};
-    allow_shared(attention_gqa_kernel<false>, bytes, allowed, "attention v2");
-    launch(attention_gqa_kernel<false>, grid, 32 * heads, static_cast<size_t>(bytes), stream, q,
+    // The quad layout (the same bits) where the blocks are few: where they take 2 heads. Each
+    // instantiation keeps its own shared-memory allowance.
+    const int quad_setting = g_attention_quad.load(std::memory_order_relaxed);
+    const bool quad = quad_setting < 0 ? most == 2 : quad_setting > 0;
+    static std::atomic<int64_t> allowed[2] = {0, 0};
+    const auto kernel = quad ? attention_gqa_kernel<true> : attention_gqa_kernel<false>;
+    allow_shared(kernel, bytes, allowed[quad], quad ? "attention v2 (quad)" : "attention v2");
+    launch(kernel, grid, (quad ? 128 : 32) * heads, static_cast<size_t>(bytes), stream, q,
            positions, cache_row0, k_cache, v_cache, n_heads, n_kv_heads, head_dim, window, scale,
            heads, partial, counters, out);
-    check_launch("attention");
+    check_launch(quad ? "attention (quad)" : "attention");
     return;
   }
   const dim3 grid(static_cast<unsigned>(rows * n_heads), kSplits);
