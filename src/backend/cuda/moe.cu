@@ -1200,6 +1200,16 @@ int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter
   return act_end_floats(pairs, inter, n_stored) + 4 + 3 * pairs * inter / 2 + 3 * rows * hidden / 2;
 }
 
+// The wide kernel of matrices NW (2 gate/up, 1 down) for whole chunks or not, in passes of 32
+// pairs (four tiles) or 16.
+template <int NW>
+auto* wide_kernel(bool whole, bool four) {
+  return four ? (whole ? moe_nvfp4_v3_wide_kernel<NW, true, 4>
+                       : moe_nvfp4_v3_wide_kernel<NW, false, 4>)
+              : (whole ? moe_nvfp4_v3_wide_kernel<NW, true, 2>
+                       : moe_nvfp4_v3_wide_kernel<NW, false, 2>);
+}
+
 void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_t n_stored,
                         bool on16, int64_t hidden, int64_t inter, const float* x, int64_t rows,
                         const int32_t* expert_index, int64_t k, int64_t out_slots, float* out,
@@ -1230,14 +1240,8 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
       static std::atomic<int64_t> up_allowed[2][2] = {}, down_allowed[2][2] = {};
       const bool whole = on16 && hidden % 128 == 0 && inter % 128 == 0;
       const bool four = pairs >= kWide4TilePairs * n_stored;  // both products in passes of 32
-      auto* up_kernel = four ? (whole ? moe_nvfp4_v3_wide_kernel<2, true, 4>
-                                      : moe_nvfp4_v3_wide_kernel<2, false, 4>)
-                             : (whole ? moe_nvfp4_v3_wide_kernel<2, true, 2>
-                                      : moe_nvfp4_v3_wide_kernel<2, false, 2>);
-      auto* down_kernel = four ? (whole ? moe_nvfp4_v3_wide_kernel<1, true, 4>
-                                        : moe_nvfp4_v3_wide_kernel<1, false, 4>)
-                               : (whole ? moe_nvfp4_v3_wide_kernel<1, true, 2>
-                                        : moe_nvfp4_v3_wide_kernel<1, false, 2>);
+      auto* up_kernel = wide_kernel<2>(whole, four);
+      auto* down_kernel = wide_kernel<1>(whole, four);
       const int64_t up_bytes = kWideStages * wide_stage_bytes(2, four ? 4 : 2),
                     down_bytes = kWideStages * wide_stage_bytes(1, four ? 4 : 2);
       allow_shared(up_kernel, up_bytes, up_allowed[four][whole], "moe_experts v3 wide gate/up");
