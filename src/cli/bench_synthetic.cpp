@@ -282,7 +282,9 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     if (std::find(all_rows.begin(), all_rows.end(), r) == all_rows.end()) all_rows.push_back(r);
   }
   const int64_t max_rows = *std::max_element(all_rows.begin(), all_rows.end());
-  KvPool cache(b, bb.num_layers, max_rows, capacity, kv);
+  // The caches hold `capacity` positions (memory for 512 rows), and attention launches as a
+  // server with the config's default context would (its window, kv_pool.h: CUDA's splits).
+  KvPool cache(b, bb.num_layers, max_rows, capacity, kv, bb.max_position_embeddings);
   // Workspace for the most rows a call has (a captured step may not allocate).
   backbone.stack().reserve(ws, std::max(prompt, max_rows));
   // x holds a prefill's prompt rows, then a step's rows.

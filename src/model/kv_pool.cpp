@@ -4,8 +4,12 @@
 
 namespace drama {
 
-KvPool::KvPool(Backend& backend, int64_t layers, int64_t slots, int64_t capacity, int64_t kv_dim)
-    : slots_(slots), capacity_(capacity), kv_dim_(kv_dim) {
+KvPool::KvPool(Backend& backend, int64_t layers, int64_t slots, int64_t capacity, int64_t kv_dim,
+               int64_t context)
+    : slots_(slots),
+      capacity_(capacity),
+      kv_dim_(kv_dim),
+      context_(context > capacity ? context : capacity) {
   if (layers <= 0 || slots <= 0 || capacity <= 0 || kv_dim <= 0)
     throw Error("KV pool: layers, slots, capacity and kv_dim must be positive");
   if (slots * capacity > (int64_t{1} << 31) - 1)

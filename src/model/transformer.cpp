@@ -1,8 +1,10 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <string>
 
 #include "model/moe.h"
+#include "util/error.h"
 
 namespace drama {
 
@@ -18,6 +20,11 @@ TransformerShape transformer_shape(const TransformerConfig& c) {
 }
 
 void HostRowTables::add(const KvPool& pool, int64_t slot, int64_t position) {
+  // A position at or past the capacity would write another slot's cache (and reach the context
+  // attention_sublayer passes as the window).
+  if (position < 0 || position >= pool.capacity())
+    throw Error("internal: position " + std::to_string(position) + " outside a KV cache of " +
+                std::to_string(pool.capacity()) + " positions");
   positions.push_back(static_cast<int32_t>(position));
   cache_row0.push_back(static_cast<int32_t>(pool.row0(slot)));
   kv_row.push_back(static_cast<int32_t>(pool.row0(slot) + position));
@@ -49,8 +56,11 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   be.qk_norm_rope_cache(q, k, v, rows, s.heads, s.kv_heads, s.head_dim, w.attn.q_norm,
                         w.attn.k_norm, s.eps, t.positions, s.theta, t.kv_row, cache.k(layer),
                         cache.v(layer));
+  // The window is the cache's context: every position is below it (kv_pool.h), so it cuts
+  // nothing (the same positions, the same bits as no window), and it bounds a row's span, which
+  // a backend may use to size its launch (CUDA: the splits a span can use).
   be.attention(q, rows, t.positions, t.cache_row0, cache.k(layer), cache.v(layer), s.heads,
-               s.kv_heads, s.head_dim, 0, att);
+               s.kv_heads, s.head_dim, cache.context(), att);
   ws.linear(w.attn.o, att, rows, proj);
   be.add(proj, rows * H, x);
 }

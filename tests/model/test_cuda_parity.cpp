@@ -714,12 +714,14 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
 }
 
 // Attention version 2's quad layout (128 threads a head, where its blocks are few) gives the bits
-// of its warp-a-head layout for every output (attention.cu). Compared bitwise at the configs'
+// of its warp-a-head layout for every output (attention.cu), and a window that no span reaches
+// (the model passes the KV cache's capacity) gives the bits of no window in versions 1 and 2 while
+// it bounds the launch's splits. Compared bitwise at the configs'
 // head shapes, at head_dim 256 with 6 query heads a KV head and at 6 heads a KV head of 4, for 1, 3
 // and 40 rows (at 4 KV heads 40 rows make 160 >= 132 blocks: a block takes all of a KV head's query
 // heads, 8 or 6, else 2 or 1), spans of one split (up to 128 positions) and of several (merged),
 // with and without a window, each row with its cache rows elsewhere (cache_row0).
-TEST(CudaAttention, QuadLayoutEqualsWarpPerHeadBitwise) {
+TEST(CudaAttention, QuadLayoutAndSplitsBoundEqualBitwise) {
   REQUIRE_CUDA(cuda);
 #ifdef DRAMA_WITH_CUDA
   Backend& b = *cuda;
@@ -763,17 +765,27 @@ TEST(CudaAttention, QuadLayoutEqualsWarpPerHeadBitwise) {
       for (auto& p : pos) p = at(gen);
       pos[0] = static_cast<int32_t>(longest - 1);
       b.upload(pd->data(), pos.data(), pos.size() * 4);
-      for (int64_t window : {int64_t{0}, int64_t{70}}) {
+      // Version 2's results with no window, by row count, and version 1's.
+      std::map<int64_t, std::vector<float>> unwindowed, unwindowed_v1;
+      auto run = [&](int64_t rows, int64_t window, std::vector<float>& got) {
+        poison(b, yd->f32(), rows * q_elems);
+        b.attention(qd->f32(), rows, static_cast<const int32_t*>(pd->data()),
+                    static_cast<const int32_t*>(rd->data()), kd->f32(), vd->f32(), nh, nkv, hd,
+                    window, yd->f32());
+        got.resize(static_cast<size_t>(rows * q_elems));
+        b.download(got.data(), yd->data(), got.size() * 4);
+      };
+      auto equal = [](const std::vector<float>& a, const std::vector<float>& c) {
+        return a.size() == c.size() && std::memcmp(a.data(), c.data(), a.size() * 4) == 0;
+      };
+      // A window of `longest` cuts nothing (every position is below it) but bounds the launch's
+      // splits (attention.cu): the bits of no window.
+      for (int64_t window : {int64_t{0}, int64_t{70}, longest}) {
         for (int64_t rows : {1, 3, 40}) {
           std::vector<float> got[2];
           for (int which = 0; which < 2; ++which) {
             cuda::set_attention_quad(b, which);
-            poison(b, yd->f32(), rows * q_elems);
-            b.attention(qd->f32(), rows, static_cast<const int32_t*>(pd->data()),
-                        static_cast<const int32_t*>(rd->data()), kd->f32(), vd->f32(), nh, nkv, hd,
-                        window, yd->f32());
-            got[which].resize(static_cast<size_t>(rows * q_elems));
-            b.download(got[which].data(), yd->data(), got[which].size() * 4);
+            run(rows, window, got[which]);
           }
           std::ostringstream call;
           call << "heads " << nh << "/" << nkv << " head_dim " << hd << " longest " << longest
@@ -784,13 +796,28 @@ TEST(CudaAttention, QuadLayoutEqualsWarpPerHeadBitwise) {
                 << call.str() << " element " << i << ": a warp a head " << got[0][i] << ", quad "
                 << got[1][i];
           }
+          std::vector<float> v1;
+          cuda::set_attention_version(b, 1);
+          run(rows, window, v1);
+          cuda::set_attention_version(b, 2);
+          if (window == 0) {
+            unwindowed[rows] = got[0];
+            unwindowed_v1[rows] = v1;
+          } else if (window == longest) {
+            ASSERT_TRUE(equal(got[0], unwindowed[rows])) << call.str() << ": not no window's bits";
+            ASSERT_TRUE(equal(v1, unwindowed_v1[rows]))
+                << call.str() << ": version 1 not no window's bits";
+          }
           ++checked;
         }
       }
     }
   }
-  EXPECT_EQ(checked, 7 * 2 * 2 * 3);  // shapes, spans, windows, row counts
-  std::printf("%d attention calls bitwise equal in the quad layout and a warp a head\n", checked);
+  EXPECT_EQ(checked, 7 * 2 * 3 * 3);  // shapes, spans, windows, row counts
+  std::printf(
+      "%d attention calls bitwise equal in the quad layout and a warp a head; a window no span "
+      "reaches gives no window's bits (versions 1 and 2)\n",
+      checked);
 #endif
 }
 
