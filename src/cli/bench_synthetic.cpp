@@ -465,6 +465,24 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     std::vector<double> per_step;
     uint64_t step_bytes = 0, step_d2h = 0, step_h2d = 0, step_allocs = 0;
     const std::string key = "bench backbone " + std::to_string(rows) + (same ? " same" : "");
+    std::string other_kernel;  // the name's suffix for a run with another kernel than the default
+#ifdef DRAMA_WITH_CUDA
+    if (run.other_linear) other_kernel = tensor_default ? "_linear_cores" : "_linear_tensor";
+    if (run.other_attention) other_kernel = "_attention_v" + std::to_string(3 - attention_default);
+    if (run.linear_layout)
+      other_kernel = run.linear_layout == 1 ? "_linear_narrow" : "_linear_wide";
+#endif
+    const std::string name = rows_name(rows) + (same ? "_same_routing" : "") +
+                             suffix(version, "_experts_v") + (captured ? "_graph" : "") +
+                             (run.no_pdl ? "_no_pdl" : "") + other_kernel +
+                             (run.unstaged ? "_unstaged" : "");
+#ifdef DRAMA_WITH_CUDA
+    // On CUDA the timed steps are an NVTX range named "steps NAME" (NAME as in the receipt), so a
+    // trace with the graph's nodes (Nsight Systems --cuda-graph-trace=node;
+    // bench/graph_timeline.py) can pick one replay of one step's graph.
+    const std::string range = "steps " + name;
+    if (on_cuda) cuda::push_range(range.c_str());
+#endif
     for (int rep = 0; rep < repeats; ++rep) {
       const uint64_t before = ws.weight_bytes_read();
       const TransferCounters t0c = b.transfers();
@@ -497,20 +515,13 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       step_h2d = (t1c.h2d_calls - t0c.h2d_calls) / steps;
       step_allocs = (t1c.allocs - t0c.allocs) / steps;
     }
+#ifdef DRAMA_WITH_CUDA
+    if (on_cuda) cuda::pop_range();
+#endif
     const double t = median(per_step);
     nlohmann::json samples = nlohmann::json::array();
     for (double v : per_step) samples.push_back(v * 1e3);
-    std::string other_kernel;  // the name's suffix for a run with another kernel than the default
-#ifdef DRAMA_WITH_CUDA
-    if (run.other_linear) other_kernel = tensor_default ? "_linear_cores" : "_linear_tensor";
-    if (run.other_attention) other_kernel = "_attention_v" + std::to_string(3 - attention_default);
-    if (run.linear_layout)
-      other_kernel = run.linear_layout == 1 ? "_linear_narrow" : "_linear_wide";
-#endif
-    nlohmann::json& row =
-        results[rows_name(rows) + (same ? "_same_routing" : "") + suffix(version, "_experts_v") +
-                (captured ? "_graph" : "") + (run.no_pdl ? "_no_pdl" : "") + other_kernel +
-                (run.unstaged ? "_unstaged" : "")];
+    nlohmann::json& row = results[name];
     row = {{"rows", rows},
            {"per_step_ms", t * 1e3},
            {"samples_ms", samples},
