@@ -3,7 +3,8 @@
 // bench/test_torch_baselines.py (the plain PyTorch step of bench/torch_baselines.py equals the
 // reference model's backbone step on a tiny checkpoint) and tools/corpus/test_corpus.py (the
 // WordNet sentences and glosses, synth.py's plan, a small synthesis where festival and espeak-ng
-// are installed). A few seconds each.
+// are installed) and bench/test_graph_timeline.py (the graphed step's split from a node-level
+// trace, on a hand-made trace database). A few seconds each.
 #include <gtest/gtest.h>
 
 #include "model/model_testing.h"
@@ -29,6 +30,10 @@ TEST(PythonTools, TorchBaselinePlainStepEqualsTheReference) {
 
 TEST(PythonTools, CorpusSelfTestsPass) {
   run_python_tests("tools/corpus/test_corpus.py");
+}
+
+TEST(PythonTools, GraphTimelineSelfTestsPass) {
+  run_python_tests("bench/test_graph_timeline.py");
 }
 
 }  // namespace
