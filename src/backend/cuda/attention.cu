@@ -1,5 +1,6 @@
 #include "backend/cuda/attention.cuh"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <string>
@@ -571,6 +572,14 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
                         reinterpret_cast<uintptr_t>(v_cache)) %
                            16 ==
                        0;
+  // The most chunks a row's span can hold: a span of at most `window` positions holds at most
+  // window / kChunk (rounded up); with no window, every split of either version is launched
+  // (version 1's split s takes chunks s, s + kSplits, ...; version 2's a run of kGqaRun or more).
+  // The blocks of splits past that could never hold a chunk (at 256 lanes of bench-30b-a3b, a
+  // context of 256: 2 of 16, and at least 28672 of 32768 blocks returned at once, each after
+  // taking a block's shared memory: results/ncu-attention-lanes256-h100-1838.json).
+  const int64_t every = int64_t{kSplits} * kGqaRun;
+  const int64_t most_chunks = window > 0 ? std::min((window + kChunk - 1) / kChunk, every) : every;
   // Version 2 where its 16-byte copies apply (head_dim % 4 == 0, aligned operands); version 1
   // for any other shape.
   if (attention_version() == 2 && head_dim % 4 == 0 && aligned) {
@@ -582,17 +591,9 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
     const int heads = static_cast<int>(group < most ? group : most);
     const int64_t head_groups = (group + heads - 1) / heads;
     const int64_t bytes = gqa_shared_floats(heads, head_dim) * static_cast<int64_t>(sizeof(float));
-    // A span of at most `window` positions has at most window / kChunk chunks (rounded up), so at
-    // most that / kGqaRun splits (rounded up: gqa_run is at least kGqaRun); the blocks of splits
-    // past that could never hold a chunk (at 256 lanes of bench-30b-a3b, a context of 256: 2 of 16,
-    // and at least 28672 of 32768 blocks returned at once, each after taking a block's shared
-    // memory: results/ncu-attention-lanes256-h100-1838.json).
-    const int64_t most_chunks = window > 0 ? (window + kChunk - 1) / kChunk : 0;
-    const int64_t splits = window > 0 && (most_chunks + kGqaRun - 1) / kGqaRun < kSplits
-                               ? (most_chunks + kGqaRun - 1) / kGqaRun
-                               : kSplits;
+    // At most most_chunks / kGqaRun splits (rounded up: gqa_run is at least kGqaRun).
     const dim3 grid(static_cast<unsigned>(rows * n_kv_heads * head_groups),
-                    static_cast<unsigned>(splits));
+                    static_cast<unsigned>((most_chunks + kGqaRun - 1) / kGqaRun));
     // The quad layout (the same bits) where the blocks are few: where they take 2 heads. Each
     // instantiation keeps its own shared-memory allowance.
     const int quad_setting = g_attention_quad.load(std::memory_order_relaxed);
@@ -606,11 +607,8 @@ void launch_attention(const float* q, int64_t rows, const int32_t* positions,
     check_launch(quad ? "attention (quad)" : "attention");
     return;
   }
-  // Version 1's split s takes chunks s, s + kSplits, ...: a span of at most `window` positions
-  // uses at most window / kChunk splits (rounded up).
-  const int64_t most_chunks = window > 0 ? (window + kChunk - 1) / kChunk : kSplits;
   const dim3 grid(static_cast<unsigned>(rows * n_heads),
-                  static_cast<unsigned>(most_chunks < kSplits ? most_chunks : kSplits));
+                  static_cast<unsigned>(std::min<int64_t>(most_chunks, kSplits)));
   launch(attention_split_kernel, grid, kThreads, 0, stream, q, positions, cache_row0, k_cache,
          v_cache, n_heads, n_kv_heads, head_dim, window, scale, partial, counters, out);
   check_launch(attention_version() == 2 ? "attention (v1 shape)" : "attention v1");
