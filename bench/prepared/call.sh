@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Call 1 of the session of 2026-12-07 (written before the run; trimmed to the device time left).
-# A/B (bench/cuda-ab.sh): baseline main d18ea05; now = cuda-norm-fold (c7afdc0: the staged
+# A/B (bench/cuda-ab.sh): baseline main d18ea05; now = ahead4 + norm-fold patches (the staged
 # products' activations 4 steps ahead, no spills, and the attention's input RMS norm folded into
-# q/k/v at <= 2 rows, with its contract entry); variant norm-fold-pipelined (ce35697: also each
+# q/k/v at <= 2 rows, with its contract entry); variant norm-fold-pipelined (+ pipelined-on-norm-fold: also each
 # warp copies its own slices' tile part in chunks of 4 steps and starts on a chunk once landed).
 # Rule: the fused-kernel, layout and batch-invariance parity tests pass; no graphed step more than
 # 1% slower than the binary kept before it; a change is merged only if batch 1 or paired is more
