@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
-# The call prepared for the patches here (written 2026-12-07 before any run; call 3 of that
-# session, refused like the rest). A/B (bench/cuda-ab.sh): baseline main; now = ahead4 +
-# norm-fold (the staged products' activations 4 steps ahead, no spills, and the attention's input
-# RMS norm folded into q/k/v at <= 2 rows, with its contract entry); variants, each a patch more:
-#   add-fold            + add-fold: the two residual adds of a layer folded into o's product and
-#                       into the MoE sum (linear_add, expert_sum_add, with their contract entries)
-#   norm-router         + norm-router on add-fold: the MoE's input norm folded into the router
-#                       (norm_linears with write_xn, the norm's output written for the experts)
-#   add-fold-pipelined  ahead4 + norm-fold + pipelined-on-norm-fold + add-fold: add-fold on the
-#                       staged tiles consumed chunk by chunk as they land
+# The first call prepared for the patches here (written 2026-12-07 before any run; call 4 of that
+# session): the whole stack at once, the cheapest call that can merge it. A/B (bench/cuda-ab.sh):
+# baseline main; now = ahead4 + norm-fold + add-fold + norm-router (the staged products'
+# activations 4 steps ahead without spills; the attention's input norm folded into q/k/v, the
+# MoE's into its router, writing xn for the experts; the two residual adds folded into o's product
+# and the MoE sum: 3 launches a layer fewer at 1-2 rows); variant norm-router-pipelined (ahead4 +
+# norm-fold + pipelined-on-norm-fold + add-fold + norm-router-on-pipelined: the same on the staged
+# tiles consumed chunk by chunk as they land).
 # Rule: the fused-kernel, layout and batch-invariance parity tests pass; no graphed step more than
-# 1% slower than the binary kept before it; a change is merged only if batch 1 or paired is more
-# than 0.5% faster than the binary it adds to, in this call. Then the phase stamps of main (the
-# phases patch on main, in ph-main/).
+# 1% slower than the binary kept before it; the stack is merged only if batch 1 or paired is more
+# than 0.5% faster than main in this call, and pipelined only if it is more than 0.5% faster than
+# the stack. Then the phase stamps of main (the phases patch on main, in ph-main/).
+# call-attribution.sh measures the patches one at a time (a longer call).
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 export LD_LIBRARY_PATH=$here/bundle ESPEAK_DATA_PATH=$here/bundle
-AB_VARIANTS="add-fold norm-router add-fold-pipelined" \
+AB_VARIANTS="norm-router-pipelined" \
   AB_TESTS='*Fused*:*Layouts*:*BatchInvariance*:*E2m1*' AB_ROWS=8,64 AB_CONTRACT=1 OUT=$OUT \
-  timeout 450 ./cuda-ab.sh 2>&1 | grep -v "^  " | tail -70
+  timeout 400 ./cuda-ab.sh 2>&1 | grep -v "^  " | tail -70
 for v in main; do
   timeout 40 ph-$v/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
     --frames 10 --repeats 1 --step-rows 8 --json /tmp/ph-$v.json >/dev/null 2>"$OUT/phases-$v.txt"
