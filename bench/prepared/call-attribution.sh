@@ -14,15 +14,13 @@
 # than 0.5% faster than the binary it adds to, in this call. Then the phase stamps of main (the
 # phases patch on main, in ph-main/).
 here=$(cd "$(dirname "$0")" && pwd)
-cd "$here"
+cd "$here" || exit 1
 export LD_LIBRARY_PATH=$here/bundle ESPEAK_DATA_PATH=$here/bundle
 AB_VARIANTS="add-fold norm-router add-fold-pipelined" \
   AB_TESTS='*Fused*:*Layouts*:*BatchInvariance*:*E2m1*' AB_ROWS=8,64 AB_CONTRACT=1 OUT=$OUT \
   timeout 450 ./cuda-ab.sh 2>&1 | grep -v "^  " | tail -70
-for v in main; do
-  timeout 40 ph-$v/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
-    --frames 10 --repeats 1 --step-rows 8 --json /tmp/ph-$v.json >/dev/null 2>"$OUT/phases-$v.txt"
-  echo "phases $v exit $?"
-done
+timeout 40 ph-main/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
+  --frames 10 --repeats 1 --step-rows 8 --json /tmp/ph-main.json >/dev/null 2>"$OUT/phases-main.txt"
+echo "phases main exit $?"
 grep -A25 "phases of batch1_graph$" "$OUT/phases-main.txt" | head -26
 date -u

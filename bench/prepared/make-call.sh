@@ -84,4 +84,4 @@ cp -r "$repo/configs" "$out/"
 cp "$repo/bench/cuda-ab.sh" "$repo/bench/strip-paths.py" "$repo/bench/machine_facts.py" "$out/"
 chmod +x "$out/call.sh"
 (cd "$(dirname "$out")" && tar cf - "$(basename "$out")" | xz -T0 -6 >"$out.tar.xz")
-echo "make-call.sh: $out ($kind): $(ls "$out" | tr '\n' ' '); $out.tar.xz $(du -h "$out.tar.xz" | cut -f1)"
+echo "make-call.sh: $out ($kind): $(find "$out" -mindepth 1 -maxdepth 1 -printf "%f "); $out.tar.xz $(du -h "$out.tar.xz" | cut -f1)"
