@@ -22,35 +22,18 @@ uint64_t weight_bytes(const LinearWeight& w) {
 }
 
 const std::vector<std::string>& Backend::kernel_names() {
-  static const std::vector<std::string> names = {"copy_2d",
-                                                 "fill",
-                                                 "copy_rows",
-                                                 "gather_ids",
-                                                 "linear",
-                                                 "linears",
-                                                 "dequantize",
-                                                 "embed_sum",
-                                                 "rms_norm",
-                                                 "rope",
-                                                 "qk_norm_rope_cache",
-                                                 "attention",
-                                                 "swiglu",
-                                                 "add",
-                                                 "sigmoid",
-                                                 "route_topk",
-                                                 "moe_experts",
-                                                 "expert_combine",
-                                                 "expert_sum",
-                                                 "guidance_combine",
-                                                 "sample_rows",
-                                                 "conv1d",
-                                                 "conv_transpose1d",
-                                                 "elu",
-                                                 "gelu",
-                                                 "layer_norm",
-                                                 "scale_rows",
-                                                 "vq_decode",
-                                                 "vq_encode"};
+  static const std::vector<std::string> names = {
+      "copy_2d",          "fill",        "copy_rows",
+      "gather_ids",       "linear",      "linears",
+      "linear_add",       "dequantize",  "embed_sum",
+      "rms_norm",         "rope",        "qk_norm_rope_cache",
+      "attention",        "swiglu",      "add",
+      "sigmoid",          "route_topk",  "moe_experts",
+      "expert_combine",   "expert_sum",  "expert_sum_add",
+      "guidance_combine", "sample_rows", "conv1d",
+      "conv_transpose1d", "elu",         "gelu",
+      "layer_norm",       "scale_rows",  "vq_decode",
+      "vq_encode"};
   return names;
 }
 
@@ -65,6 +48,12 @@ int64_t Backend::moe_workspace_floats(int64_t rows, int64_t k, int64_t hidden, i
 
 void Backend::linears(const Product* products, int64_t n, const float* x, int64_t rows) {
   for (int64_t j = 0; j < n; ++j) linear(*products[j].w, x, rows, products[j].y);
+}
+
+void Backend::linear_add(const LinearWeight& w, const float* x, int64_t rows, float* scratch,
+                         float* y) {
+  linear(w, x, rows, scratch);
+  add(scratch, rows * w.out, y);
 }
 
 void Backend::qk_norm_rope_cache(float* q, float* k, const float* v, int64_t rows, int64_t heads,
@@ -84,6 +73,12 @@ void Backend::expert_sum(const float* expert_out, const float* weight, int64_t r
                          int64_t dim, float* y) {
   fill(y, dim, rows, dim, 0.0f);
   expert_combine(expert_out, weight, rows, k, dim, y);
+}
+
+void Backend::expert_sum_add(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                             int64_t dim, float* scratch, float* y) {
+  expert_sum(expert_out, weight, rows, k, dim, scratch);
+  add(scratch, rows * dim, y);
 }
 
 namespace {

@@ -132,6 +132,12 @@ class Backend {
     float* y;
   };
   virtual void linears(const Product* products, int64_t n, const float* x, int64_t rows);
+  // y += linear(w, x, rows) (a residual add after a product): bitwise linear into `scratch`
+  // ([rows, w.out]) then add(scratch, rows * w.out, y) on the same backend (the default makes
+  // those two calls). A backend may fold the add into the product's launch and leave scratch
+  // unwritten: callers read only y. x does not overlap y or scratch.
+  virtual void linear_add(const LinearWeight& w, const float* x, int64_t rows, float* scratch,
+                          float* y);
   // out[r, i] = w[row0 + r, i] as float32, for r < nrows (NVFP4 and BF16).
   virtual void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) = 0;
 
@@ -217,6 +223,12 @@ class Backend {
   // starts its sum from zero in one launch).
   virtual void expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                           int64_t dim, float* y);
+  // y += expert_sum(expert_out, weight, rows, k, dim) (the residual add after a MoE block):
+  // bitwise expert_sum into `scratch` ([rows, dim]) then add(scratch, rows * dim, y) on the same
+  // backend (the default makes those two calls; a GPU adds each sum to y in the same launch and
+  // leaves scratch unwritten).
+  virtual void expert_sum_add(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                              int64_t dim, float* scratch, float* y);
 
   // --- guidance and sampling (spec section 6) ---
   // out[i, :] over n output rows of `vocab` logits as rows[i] says (GuidanceRow).

@@ -48,11 +48,13 @@ enum class Fault {
   CacheBeforeRotary,       // qk_norm_rope_cache: k stored into the cache before its rotary
   NeighbourProductWeight,  // linears: the second product made with the first product's weight
   SumOnUnzeroedOutput,     // expert_sum: the sum added to what the output held
+  ResidualLeftOut,         // linear_add, expert_sum_add: the result stored over y, not added
 };
 
 std::vector<KernelCase> linear_nvfp4_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> linear_bf16_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> linears_cases(uint64_t seed, Fault fault);
+std::vector<KernelCase> linear_add_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> dequantize_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> embed_sum_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> rms_norm_cases(uint64_t seed, Fault fault);
@@ -64,6 +66,7 @@ std::vector<KernelCase> add_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> expert_sum_cases(uint64_t seed, Fault fault);
+std::vector<KernelCase> expert_sum_add_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> sample_rows_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> non_finite_guard_cases(uint64_t seed, Fault fault);
@@ -86,6 +89,7 @@ std::vector<KernelCase> vq_encode_cases(uint64_t seed, Fault fault);
 Limit linear_nvfp4_limit();
 Limit linear_bf16_limit();
 Limit linears_limit();
+Limit linear_add_limit();
 Limit dequantize_limit();
 Limit elementwise_limit(const char* kernel);
 Limit attention_limit();

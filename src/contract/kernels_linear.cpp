@@ -358,6 +358,90 @@ Limit linears_limit() {
   return l;
 }
 
+// linear_add: y + linear(w, x), the residual add after a product. The product carries linear's
+// bound e = (gamma_{k+2} + 2^-17) sum|x w|, the add one rounding: |err| <= (1 + u) e + u |ref|;
+// NMSE limit 32 (k + 1) u^2. The residual is of the product's scale (standard normals), so the
+// twin (float16 activations, the same residual) stays far outside. BF16 shapes (on CUDA the add
+// folded into the product's store) and one NVFP4 (the two calls). Planted fault: the product
+// stored over y, the add left out (the real linear).
+std::vector<KernelCase> linear_add_cases(uint64_t seed, Fault fault) {
+  const LinearShape shapes[] = {
+      {37, 144, 1, false}, {64, 256, 2, false}, {128, 1024, 5, false}, {19, 2048, 9, false}};
+  const LinearShape nvfp4_shape = {33, 512, 3, false};
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s <= std::size(shapes); ++s) {
+    const bool nvfp4 = s == std::size(shapes);
+    const LinearShape sh = nvfp4 ? nvfp4_shape : shapes[s];
+    Rng rng(seed * 53 + s);
+    auto in = std::make_shared<LinearInputs>();
+    in->m = sh.m;
+    in->k = sh.k;
+    if (nvfp4)
+      in->nv = random_nvfp4(rng, sh.m, sh.k, false);
+    else
+      in->bf = random_bf16(rng, sh.m, sh.k, 1.0 / std::sqrt(double(sh.k)), false);
+    in->x = linear_activations(rng, sh.rows * sh.k, false);
+    auto y0 = std::make_shared<std::vector<float>>(rng.normals(sh.rows * sh.m));
+    KernelCase c;
+    c.label = std::string(nvfp4 ? "nvfp4" : "bf16") + " m=" + std::to_string(sh.m) +
+              " k=" + std::to_string(sh.k) + " rows=" + std::to_string(sh.rows);
+    c.rows = sh.rows;
+    c.row_elems = sh.m;
+    const auto& w = in->w(nvfp4);
+    c.reference.resize(static_cast<size_t>(sh.rows * sh.m));
+    c.degraded.resize(c.reference.size());
+    c.atol.resize(c.reference.size());
+    add_linear_reference(c, in->x, w, sh.rows, sh.m, sh.k, 0);
+    for (size_t e = 0; e < c.reference.size(); ++e) {
+      c.reference[e] += (*y0)[e];
+      c.degraded[e] += (*y0)[e];
+      c.atol[e] = (1 + kU32) * c.atol[e] + kU32 * std::fabs(c.reference[e]);
+    }
+    c.nmse_limit = 32.0 * double(sh.k + 1) * kU32 * kU32;
+    c.input_norms = {l2(in->x), l2(w), l2(*y0)};
+    c.run = [in, y0, nvfp4, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      DeviceCopies d(b);
+      const float* x = d.in(in->x.data() + r0 * in->k, static_cast<size_t>(n * in->k));
+      const LinearWeight w = d.weight(nvfp4 ? in->nv.view() : in->bf.view());
+      if (fault == Fault::ResidualLeftOut) {
+        b.linear(w, x, n, out);
+        return true;
+      }
+      stage(b, out, y0->data() + r0 * in->m, n * in->m);
+      auto scratch = b.alloc(static_cast<size_t>(n * in->m) * sizeof(float));
+      b.linear_add(w, x, n, scratch->f32(), out);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// The limit of linear_add: attention's o of bench-30b-a3b (2048 outputs of 4096 BF16 inputs, one
+// row) added to the residual: the weight's bytes and the residual's read and write.
+Limit linear_add_limit() {
+  const int64_t m = 2048, k = 4096;
+  Limit l;
+  l.size = "m=2048 k=4096 rows=1, + residual";
+  l.bytes = double(m * k * 2 + 2 * m * 4);
+  l.factor = 4.0;
+  l.floor_s = 2e-4;
+  l.time_call = [=](Backend& b) {
+    Rng rng(7);
+    std::vector<float> x = rng.normals(k), y = rng.normals(m);
+    Bf16Matrix bf = random_bf16(rng, m, k, 1.0 / std::sqrt(double(k)), false);
+    const LinearWeight dev = b.resident(bf.view());
+    auto xb = b.alloc(x.size() * 4), yb = b.alloc(y.size() * 4), scratch = b.alloc(y.size() * 4);
+    b.upload(xb->data(), x.data(), x.size() * 4);
+    b.upload(yb->data(), y.data(), y.size() * 4);
+    return median_seconds(7, [&] {
+      b.linear_add(dev, xb->f32(), 1, scratch->f32(), yb->f32());
+      b.synchronize();
+    });
+  };
+  return l;
+}
+
 // Dequantize: e2m1 * e4m3 is exact in float32 and one multiply by scale_2 rounds once, so the
 // correctly rounded product is the only right answer: exact mode. Twin: float16 output. Planted
 // fault: each block dequantized with its neighbour's scale (the real kernel on rotated scales).

@@ -119,9 +119,12 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
 // rank j+1's weight (the real kernel on a rotated weight table). expert_sum (from_zero) is the
 // same sum started from zero, y never read (the harness's NaN fill stays out of it): the same
 // bound with |y| = 0. Its planted fault: the sum added to what y held (expert_combine on an
-// unzeroed y).
+// unzeroed y). expert_sum_add (add_after) adds that sum to y: the sum's bound e, then one
+// rounding, |err| <= (1 + u) e + u |ref|; NMSE limit 32 (2k + 2) u^2. Its planted fault: the sum
+// stored over y (expert_sum), the add left out.
 namespace {
-std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero) {
+std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero,
+                                      bool add_after = false) {
   const int64_t shapes[][3] = {{5, 4, 100}, {2, 8, 64}, {1, 2, 33}};  // rows, k, dim
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(shapes); ++s) {
@@ -146,21 +149,34 @@ std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero
           mag += std::fabs(p);
           deg = to_f16(deg + to_f16(p));
         }
+        const double bound = gamma32(double(2 * k + 1)) * mag;
+        if (add_after) {
+          const double y0 = (*y)[r * dim + d];
+          ref += y0;
+          deg += y0;
+          c.atol.push_back((1 + kU32) * bound + kU32 * std::fabs(ref));
+        } else {
+          c.atol.push_back(bound);
+        }
         c.reference.push_back(ref);
         c.degraded.push_back(double(deg));
-        c.atol.push_back(gamma32(double(2 * k + 1)) * mag);
       }
-    c.nmse_limit = 32.0 * double(2 * k + 1) * kU32 * kU32;
+    c.nmse_limit = 32.0 * double(2 * k + 1 + (add_after ? 1 : 0)) * kU32 * kU32;
     c.input_norms = {l2(*e), l2(*w)};
-    if (!from_zero) c.input_norms.push_back(l2(*y));
-    c.run = [e, w, y, k, dim, fault, from_zero](Backend& b, int64_t r0, int64_t n, float* out) {
-      if (!from_zero || fault == Fault::SumOnUnzeroedOutput)
+    if (!from_zero || add_after) c.input_norms.push_back(l2(*y));
+    c.run = [e, w, y, k, dim, fault, from_zero, add_after](Backend& b, int64_t r0, int64_t n,
+                                                           float* out) {
+      if (!from_zero || fault == Fault::SumOnUnzeroedOutput ||
+          (add_after && fault != Fault::ResidualLeftOut))
         stage(b, out, y->data() + r0 * dim, n * dim);
       std::vector<float> wt(w->begin() + r0 * k, w->begin() + (r0 + n) * k);
       if (fault == Fault::NeighbourRankWeight)
         for (int64_t r = 0; r < n; ++r) std::rotate(&wt[r * k], &wt[r * k + 1], &wt[r * k] + k);
       DeviceCopies d(b);
-      if (from_zero && fault != Fault::SumOnUnzeroedOutput)
+      if (add_after && fault != Fault::ResidualLeftOut) {
+        auto scratch = b.alloc(static_cast<size_t>(n * dim) * sizeof(float));
+        b.expert_sum_add(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, scratch->f32(), out);
+      } else if (from_zero && fault != Fault::SumOnUnzeroedOutput)
         b.expert_sum(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, out);
       else
         b.expert_combine(d.in(*e) + r0 * k * dim, d.in(wt), n, k, dim, out);
@@ -178,6 +194,10 @@ std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault) {
 
 std::vector<KernelCase> expert_sum_cases(uint64_t seed, Fault fault) {
   return combine_cases(seed, fault, true);
+}
+
+std::vector<KernelCase> expert_sum_add_cases(uint64_t seed, Fault fault) {
+  return combine_cases(seed, fault, true, true);
 }
 
 // moe_experts: for each (row, rank) pair the expert's SwiGLU MLP, against float64 over the
@@ -415,18 +435,21 @@ Limit small_kernel_limit(const char* kernel) {
         b.synchronize();
       });
     };
-  } else if (name == "expert_combine" || name == "expert_sum") {
+  } else if (name == "expert_combine" || name == "expert_sum" || name == "expert_sum_add") {
     l.size = "rows=2 k=8 dim=2048";
     l.bytes = 2.0 * 8 * 2048 * 4 * 2;
-    const bool from_zero = name == "expert_sum";
-    l.time_call = [from_zero](Backend& b) {
+    const bool from_zero = name == "expert_sum", add = name == "expert_sum_add";
+    l.time_call = [from_zero, add](Backend& b) {
       Rng rng(9);
       std::vector<float> e = rng.normals(2 * 8 * 2048), w = rng.normals(16), y(2 * 2048);
       DeviceCopies d(b);
       const float *ed = d.in(e), *wd = d.in(w);
       float* yd = d.in(y);
+      float* scratch = d.in(y);
       return median_seconds(21, [&] {
-        if (from_zero)
+        if (add)
+          b.expert_sum_add(ed, wd, 2, 8, 2048, scratch, yd);
+        else if (from_zero)
           b.expert_sum(ed, wd, 2, 8, 2048, yd);
         else
           b.expert_combine(ed, wd, 2, 8, 2048, yd);

@@ -20,8 +20,9 @@ class MoeBlock {
   // `weights` must already be resident on `backend`.
   MoeBlock(Backend& backend, const MoeWeights& weights, const MoeConfig& config);
 
-  // out [rows, H] = MoE(xn [rows, H]).
-  void forward(Workspace& ws, const float* xn, int64_t rows, int64_t hidden, float* out);
+  // residual [rows, H] += MoE(xn [rows, H]) (Backend::expert_sum_add; out [rows, H] its scratch).
+  void forward(Workspace& ws, const float* xn, int64_t rows, int64_t hidden, float* out,
+               float* residual);
   // Reserves the workspace for calls of up to `rows` rows.
   void reserve(Workspace& ws, int64_t rows, int64_t hidden) const;
 

@@ -61,19 +61,21 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   // a backend may use to size its launch (CUDA: the splits a span can use).
   be.attention(q, rows, t.positions, t.cache_row0, cache.k(layer), cache.v(layer), s.heads,
                s.kv_heads, s.head_dim, cache.context(), att);
-  ws.linear(w.attn.o, att, rows, proj);
-  be.add(proj, rows * H, x);
+  ws.linear_add(w.attn.o, att, rows, proj, x);
 }
 
 void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t rows, float* out,
-                Buf gate_buf, Buf up_buf, Buf act_buf) {
+                Buf gate_buf, Buf up_buf, Buf act_buf, float* residual) {
   const int64_t inter = w.gate.out;
   float* g = ws.f32(gate_buf, rows * inter);
   float* u = ws.f32(up_buf, rows * inter);
   float* a = ws.f32(act_buf, rows * inter);
   ws.linears({{&w.gate, g}, {&w.up, u}}, xn, rows);
   ws.backend().swiglu(g, u, rows * inter, a);
-  ws.linear(w.down, a, rows, out);
+  if (residual)
+    ws.linear_add(w.down, a, rows, out, residual);
+  else
+    ws.linear(w.down, a, rows, out);
 }
 
 LayerStack::LayerStack(Backend& backend, const TransformerShape& shape,
@@ -96,10 +98,9 @@ void LayerStack::forward(Workspace& ws, float* x, int64_t rows, const RowTables&
     float* out = ws.f32(Buf::kMlpOut, rows * H);
     be.rms_norm(x, w.post_attn_norm, rows, H, shape_.eps, xn);
     if (moe_[l])
-      moe_[l]->forward(ws, xn, rows, H, out);
+      moe_[l]->forward(ws, xn, rows, H, out, x);
     else
-      swiglu_mlp(ws, w.mlp, xn, rows, out, Buf::kGate, Buf::kUp, Buf::kAct);
-    be.add(out, rows * H, x);
+      swiglu_mlp(ws, w.mlp, xn, rows, out, Buf::kGate, Buf::kUp, Buf::kAct, x);
   }
 }
 

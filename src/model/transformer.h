@@ -52,9 +52,10 @@ struct HostRowTables {
 void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWeights& w,
                         int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache);
 
-// out = down(silu(gate(xn)) * up(xn)) over rows.
+// out = down(silu(gate(xn)) * up(xn)) over rows; with `residual`, residual += that instead
+// (Backend::linear_add, out its scratch).
 void swiglu_mlp(Workspace& ws, const MlpWeights& w, const float* xn, int64_t rows, float* out,
-                Buf gate_buf, Buf up_buf, Buf act_buf);
+                Buf gate_buf, Buf up_buf, Buf act_buf, float* residual = nullptr);
 
 // A stack of pre-norm layers: attention then a dense SwiGLU MLP or a MoE block.
 class LayerStack {

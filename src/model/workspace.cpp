@@ -44,6 +44,13 @@ void Workspace::linear(const LinearWeight& w, const float* x, int64_t rows, floa
   backend_.linear(w, x, rows, y);
 }
 
+void Workspace::linear_add(const LinearWeight& w, const float* x, int64_t rows, float* scratch,
+                           float* y) {
+  traffic.bytes += weight_bytes(w);
+  traffic.calls += 1;
+  backend_.linear_add(w, x, rows, scratch, y);
+}
+
 void Workspace::linears(std::initializer_list<Backend::Product> products, const float* x,
                         int64_t rows) {
   for (const Backend::Product& p : products) {

@@ -65,6 +65,8 @@ class Workspace {
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y);
   // Products of one input in one backend call (Backend::linears), counted as as many linear calls.
   void linears(std::initializer_list<Backend::Product> products, const float* x, int64_t rows);
+  // y += linear(w, x) (Backend::linear_add; scratch as it says), counted as a linear call.
+  void linear_add(const LinearWeight& w, const float* x, int64_t rows, float* scratch, float* y);
   uint64_t weight_bytes_read() const;
   // backend().run_captured(key, work), a replay counting the linear traffic its key's first run
   // counted (a function of the shapes, so exact). The expert bytes a backend counts depend on the

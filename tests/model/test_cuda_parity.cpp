@@ -394,11 +394,88 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
   EXPECT_EQ(checked, (3 + 3 + 2 + 4 + 2 + 2) * 6);
 }
 
+// linear_add (the residual add folded into the product's store) gives the bits of linear into a
+// scratch then add (Backend's default, both CUDA launches), staged, unstaged and wide, at o's
+// shape and odd ones, at every row count the batch test uses; where it folds (BF16 on tensor
+// cores: every case here) the scratch stays untouched (poisoned), and every element of y is
+// written once (a residual of large and small values, signed zeros among them).
+TEST(CudaFusedKernels, LinearAddEqualsLinearThenAddBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+#ifdef DRAMA_WITH_CUDA
+  const bool staged_before = cuda::set_linear_staged(b, true);
+  const int64_t wide_before = cuda::set_linear_wide_rows(b, 0);
+  const AtExit restore{[&b, staged_before, wide_before] {
+    cuda::set_linear_staged(b, staged_before);
+    cuda::set_linear_wide_rows(b, wide_before);
+  }};
+#endif
+  std::mt19937 gen(19);
+  std::normal_distribution<float> normal;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {4096, 2048}, {144, 37}, {2050, 48}, {64, 128}, {768, 1024}};
+  int checked = 0, folded = 0;
+  for (const auto& [in, out] : shapes)
+    for (const int64_t rows : {1, 2, 3, 8, 64, 100}) {
+      std::vector<uint16_t> host(static_cast<size_t>(out * in));
+      for (auto& v : host) v = f32_to_bf16(normal(gen) * 0.05f);
+      auto wd = b.alloc(host.size() * 2);
+      b.upload(wd->data(), host.data(), host.size() * 2);
+      const LinearWeight w{WeightFormat::BF16, out, in, wd->data(), nullptr, 1.0f};
+      std::vector<float> x(static_cast<size_t>(rows * in)), y0(static_cast<size_t>(rows * out));
+      for (auto& v : x) v = normal(gen);
+      for (size_t i = 0; i < y0.size(); ++i) y0[i] = normal(gen) * (i % 3 == 0 ? 1000.0f : 1.0f);
+      y0[0] = -0.0f;
+      auto xd = b.alloc(x.size() * 4);
+      b.upload(xd->data(), x.data(), x.size() * 4);
+      // Runs: the default's two calls, then linear_add; staged, unstaged, then wide.
+      const char* layouts[] = {"staged", "unstaged", "wide"};
+      std::vector<float> got[6];
+      for (int run = 0; run < 6; ++run) {
+        const bool fused = run % 2 == 1;
+#ifdef DRAMA_WITH_CUDA
+        cuda::set_linear_staged(b, run < 2);
+        cuda::set_linear_wide_rows(b, run < 4 ? 0 : 1);
+#endif
+        auto yd = b.alloc(y0.size() * 4);
+        b.upload(yd->data(), y0.data(), y0.size() * 4);
+        auto scratch = b.alloc(y0.size() * 4);
+        poison(b, scratch->f32(), rows * out);
+        if (fused)
+          b.linear_add(w, xd->f32(), rows, scratch->f32(), yd->f32());
+        else
+          b.Backend::linear_add(w, xd->f32(), rows, scratch->f32(), yd->f32());
+        got[run].resize(y0.size());
+        b.download(got[run].data(), yd->data(), y0.size() * 4);
+        if (fused) {
+          std::vector<uint32_t> h(y0.size());
+          b.download(h.data(), scratch->data(), h.size() * 4);
+          const bool untouched =
+              std::all_of(h.begin(), h.end(), [](uint32_t v) { return v == 0xffffffffu; });
+          EXPECT_TRUE(untouched) << out << "x" << in << " rows " << rows << " run " << run;
+          folded += untouched;
+        }
+      }
+      EXPECT_TRUE(
+          std::all_of(got[1].begin(), got[1].end(), [](float v) { return std::isfinite(v); }))
+          << out << "x" << in << " rows " << rows;
+      for (int run = 1; run < 6; ++run)
+        EXPECT_EQ(std::memcmp(got[0].data(), got[run].data(), got[0].size() * 4), 0)
+            << out << "x" << in << " rows " << rows << " run " << run
+            << (run % 2 ? " (linear_add), " : " (linear then add), ") << layouts[run / 2];
+      ++checked;
+    }
+  EXPECT_EQ(checked, 5 * 6);
+  EXPECT_EQ(folded, 5 * 6 * 3);
+}
+
 // expert_sum (the combine started from zero, its output never read) gives the bits of fill with
-// zeros then expert_combine (Backend's default): at the bench's hidden size, odd sizes, 1 to 9
-// ranks and every row count the batch test uses, with a signed zero term. Outputs start
-// poisoned (all-one bits) so an element the fused call leaves unwritten or reads shows.
-TEST(CudaFusedKernels, ExpertSumEqualsFillThenCombineBitwise) {
+// zeros then expert_combine (Backend's default), and expert_sum_add (that sum added to a
+// residual in the same launch) the bits of expert_sum into a scratch then add, leaving the
+// scratch untouched: at the bench's hidden size, odd sizes, 1 to 9 ranks and every row count the
+// batch test uses, with a signed zero term. Outputs and scratch start poisoned (all-one bits)
+// so an element the fused call leaves unwritten or reads shows.
+TEST(CudaFusedKernels, ExpertSumAndSumAddEqualTheirDefaultsBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
   std::mt19937 gen(17);
@@ -417,8 +494,11 @@ TEST(CudaFusedKernels, ExpertSumEqualsFillThenCombineBitwise) {
         for (auto& v : e) v = normal(gen);
         for (auto& v : wt) v = std::fabs(normal(gen)) * 0.1f;
         if (rows * k >= 2) e[1] = -0.0f;  // a signed zero term: 0 + (-0 * w) is +0 in both forms
+        std::vector<float> residual(static_cast<size_t>(rows * dim));
+        for (auto& v : residual) v = normal(gen) * 100.0f;
+        residual[0] = -0.0f;
         auto ed = dev(e), wtd = dev(wt);
-        std::vector<float> sum[2];
+        std::vector<float> sum[2], sum_add[2];
         for (int fused = 0; fused < 2; ++fused) {
           auto yd = b.alloc(static_cast<size_t>(rows * dim) * 4);
           poison(b, yd->f32(), rows * dim);
@@ -428,9 +508,31 @@ TEST(CudaFusedKernels, ExpertSumEqualsFillThenCombineBitwise) {
             b.Backend::expert_sum(ed->f32(), wtd->f32(), rows, k, dim, yd->f32());
           sum[fused].resize(static_cast<size_t>(rows * dim));
           b.download(sum[fused].data(), yd->data(), sum[fused].size() * 4);
+          auto rd = dev(residual), scratch = b.alloc(residual.size() * 4);
+          poison(b, scratch->f32(), rows * dim);
+          if (fused)
+            b.expert_sum_add(ed->f32(), wtd->f32(), rows, k, dim, scratch->f32(), rd->f32());
+          else
+            b.Backend::expert_sum_add(ed->f32(), wtd->f32(), rows, k, dim, scratch->f32(),
+                                      rd->f32());
+          sum_add[fused].resize(residual.size());
+          b.download(sum_add[fused].data(), rd->data(), residual.size() * 4);
+          if (fused) {
+            std::vector<uint32_t> h(residual.size());
+            b.download(h.data(), scratch->data(), h.size() * 4);
+            EXPECT_TRUE(
+                std::all_of(h.begin(), h.end(), [](uint32_t v) { return v == 0xffffffffu; }))
+                << "expert_sum_add wrote its scratch, k " << k << " dim " << dim << " rows "
+                << rows;
+          }
         }
         EXPECT_EQ(std::memcmp(sum[0].data(), sum[1].data(), sum[0].size() * 4), 0)
             << "expert_sum k " << k << " dim " << dim << " rows " << rows;
+        EXPECT_TRUE(std::all_of(sum_add[1].begin(), sum_add[1].end(),
+                                [](float v) { return std::isfinite(v); }))
+            << "expert_sum_add k " << k << " dim " << dim << " rows " << rows;
+        EXPECT_EQ(std::memcmp(sum_add[0].data(), sum_add[1].data(), sum_add[0].size() * 4), 0)
+            << "expert_sum_add k " << k << " dim " << dim << " rows " << rows;
         ++checked;
       }
   EXPECT_EQ(checked, 4 * 5 * 3);

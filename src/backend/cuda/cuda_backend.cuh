@@ -55,6 +55,8 @@ class CudaBackend final : public Backend {
                   int32_t* dst) override;
 
   void linear(const LinearWeight& w, const float* x, int64_t rows, float* y) override;
+  void linear_add(const LinearWeight& w, const float* x, int64_t rows, float* scratch,
+                  float* y) override;
   void linears(const Product* products, int64_t n, const float* x, int64_t rows) override;
   void dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float* out) override;
 
@@ -82,6 +84,8 @@ class CudaBackend final : public Backend {
                       int64_t dim, float* y) override;
   void expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                   int64_t dim, float* y) override;
+  void expert_sum_add(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                      int64_t dim, float* scratch, float* y) override;
   // The routed experts of a layer on the device (moe.cuh); `experts` is a host array of
   // n_stored resident weights, uploaded once as a device table per array.
   void prepare_experts(const ExpertWeights* experts, int64_t n_stored) override;

@@ -168,7 +168,16 @@ struct MmaProducts {
   // blocks of kWideColumns.
   unsigned block0[kMaxProducts + 1] = {};
   unsigned wide0[kMaxProducts + 1] = {};
+  // The residual add folded in (launch_linear_add): each element is stored as y + sum, bitwise
+  // what the product into a scratch then add_kernel give (y[i] += x[i]); false: y = sum.
+  bool add_to_y = false;
 };
+
+// Stores a product's element: its sum, or the sum added to what y holds (MmaProducts::add_to_y).
+// Each element is stored once, by one thread.
+__device__ __forceinline__ void store_product(float* p, float sum, bool add_to_y) {
+  *p = add_to_y ? *p + sum : sum;
+}
 
 // Registers: 128 on the register path (one block of 512 threads an SM); staged at most 80 (ptxas,
 // sm_90a: 72-88 bytes of spills), so q, k and v's blocks of 256 threads fit three an SM as their
@@ -301,7 +310,8 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     __syncwarp();  // staged: every lane is done reading the slice's inputs before they are written
     if (slices == 1)
       each([&](int rr, int oo, float v) {
-        if (r0 + rr < rows && o0 + oo < out) y[(r0 + rr) * out + o0 + oo] = v;
+        if (r0 + rr < rows && o0 + oo < out)
+          store_product(y + (r0 + rr) * out + o0 + oo, v, products.add_to_y);
       });
     else
       each([&](int rr, int oo, float v) { partial(slice, rr, oo) = v; });
@@ -322,7 +332,7 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     if (r0 + rr >= rows || o0 + oo >= out) continue;
     float sum = partial(0, rr, oo);
     for (int sl = 1; sl < slices; ++sl) sum += partial(sl, rr, oo);
-    y[(r0 + rr) * out + o0 + oo] = sum;
+    store_product(y + (r0 + rr) * out + o0 + oo, sum, products.add_to_y);
   }
 }
 
@@ -528,7 +538,7 @@ __global__ void __launch_bounds__(32 * kWideWarps, 2)
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
       const int64_t r = r0 + 8 * n + 2 * t + (q & 1), o = o0 + warp * 16 + g + 8 * (q >> 1);
-      if (r < rows && o < out) y[r * out + o] = total[n][q];
+      if (r < rows && o < out) store_product(y + r * out + o, total[n][q], products.add_to_y);
     }
   }
 }
@@ -662,7 +672,10 @@ std::string product_name(const char* kind, int64_t rows, int64_t in) {
 
 }  // namespace
 
-void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
+namespace {
+
+// launch_linear and launch_linear_add: add_to_y only on tensor cores (launch_linear_add's check).
+void linear_launch(const LinearWeight& w, const float* x, int64_t rows, float* y, bool add_to_y,
                    cudaStream_t stream) {
   if (rows <= 0 || w.out <= 0) return;
   const unsigned grid = blocks_for(w.out, kWarpsPerBlock);
@@ -672,6 +685,7 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
   if (w.format == WeightFormat::BF16 && tensor_linear()) {
     MmaProducts p;
     add_mma_product(p, w, y);
+    p.add_to_y = add_to_y;
     wide = launch_mma_products(p, x, rows, w.in, stream);
   } else if (w.format == WeightFormat::NVFP4)
     launch(linear_kernel<WeightFormat::NVFP4>, grid, threads, 0, stream, w.data, w.scales, w.scale2,
@@ -681,15 +695,31 @@ void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y
            x, rows, w.in, w.out, vec_x, y);
   if (timing_kernels()) {
     const std::string name = product_name(w.format == WeightFormat::NVFP4 ? "linear nvfp4 "
+                                          : wide && add_to_y              ? "linear add bf16 wide "
                                           : wide                          ? "linear bf16 wide "
+                                          : add_to_y                      ? "linear add bf16 mma "
                                           : tensor_linear()               ? "linear bf16 mma "
                                                                           : "linear bf16 ",
                                           rows, w.in) +
                              std::to_string(w.out);
     check_launch(name.c_str());
   } else {
-    check_launch("linear");
+    check_launch(add_to_y ? "linear_add" : "linear");
   }
+}
+
+}  // namespace
+
+void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
+                   cudaStream_t stream) {
+  linear_launch(w, x, rows, y, false, stream);
+}
+
+bool launch_linear_add(const LinearWeight& w, const float* x, int64_t rows, float* y,
+                       cudaStream_t stream) {
+  if (w.format != WeightFormat::BF16 || !tensor_linear()) return false;
+  linear_launch(w, x, rows, y, true, stream);
+  return true;
 }
 
 bool launch_linears(const Backend::Product* products, int64_t n, const float* x, int64_t rows,
@@ -759,6 +789,11 @@ void launch_dequantize(const LinearWeight& w, int64_t row0, int64_t nrows, float
 
 void CudaBackend::linear(const LinearWeight& w, const float* x, int64_t rows, float* y) {
   launch_linear(w, x, rows, y, stream_);
+}
+
+void CudaBackend::linear_add(const LinearWeight& w, const float* x, int64_t rows, float* scratch,
+                             float* y) {
+  if (!launch_linear_add(w, x, rows, y, stream_)) Backend::linear_add(w, x, rows, scratch, y);
 }
 
 void CudaBackend::linears(const Product* products, int64_t n, const float* x, int64_t rows) {

@@ -16,6 +16,11 @@ namespace drama::cuda {
 
 void launch_linear(const LinearWeight& w, const float* x, int64_t rows, float* y,
                    cudaStream_t stream);
+// y += the product (Backend::linear_add), bitwise launch_linear into a scratch then launch_add:
+// the add folded into the product's store. Returns false (nothing launched) unless w is BF16 on
+// tensor cores: the caller then makes the two launches.
+bool launch_linear_add(const LinearWeight& w, const float* x, int64_t rows, float* y,
+                       cudaStream_t stream);
 // Products of one input (Backend::linears) in one launch of the tensor-core kernel, each with the
 // bits of launch_linear alone. Returns false (nothing launched) unless there are 2 to 4 products,
 // all BF16 on tensor cores with one input width: the caller then makes them one by one.

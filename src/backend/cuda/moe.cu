@@ -126,17 +126,20 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
 
 // FromZero (expert_sum): the sum starts from `zero`, a 0.0f the compiler cannot fold away, so
 // each term is added as expert_combine adds it to a zeroed y (fill then expert_combine, bitwise).
-template <bool FromZero>
+// AddToY (expert_sum_add, with FromZero): that sum is then added to y (y + sum, as add_kernel
+// adds a scratch holding it).
+template <bool FromZero, bool AddToY>
 __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
                                       const float* __restrict__ weight, int64_t rows, int64_t k,
                                       int64_t dim, float* y, float zero) {
+  static_assert(FromZero || !AddToY);
   pdl_entry();
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= rows * dim) return;
   const int64_t r = t / dim, d = t % dim;
   float acc = FromZero ? zero : y[t];
   for (int64_t j = 0; j < k; ++j) acc += weight[r * k + j] * expert_out[(r * k + j) * dim + d];
-  y[t] = acc;
+  y[t] = AddToY ? y[t] + acc : acc;
 }
 
 constexpr int kExpertWarps = 8;  // output columns per block of the expert kernels
@@ -1144,12 +1147,16 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
 }
 
 void launch_expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
-                           int64_t dim, float* y, cudaStream_t stream, bool from_zero) {
+                           int64_t dim, float* y, cudaStream_t stream, CombineMode mode) {
   if (rows * dim <= 0) return;
-  const auto kernel = from_zero ? expert_combine_kernel<true> : expert_combine_kernel<false>;
+  const auto kernel = mode == CombineMode::kSum      ? expert_combine_kernel<true, false>
+                      : mode == CombineMode::kSumAdd ? expert_combine_kernel<true, true>
+                                                     : expert_combine_kernel<false, false>;
   launch(kernel, blocks_for(rows * dim, 256), 256, 0, stream, expert_out, weight, rows, k, dim, y,
          0.0f);
-  check_launch(from_zero ? "expert_sum" : "expert_combine");
+  check_launch(mode == CombineMode::kSum      ? "expert_sum"
+               : mode == CombineMode::kSumAdd ? "expert_sum_add"
+                                              : "expert_combine");
 }
 
 bool set_split_ahead_flag(bool on) {
@@ -1452,12 +1459,17 @@ void CudaBackend::route_topk(const float* logits, int64_t rows, int64_t logit_st
 
 void CudaBackend::expert_combine(const float* expert_out, const float* weight, int64_t rows,
                                  int64_t k, int64_t dim, float* y) {
-  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, false);
+  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, CombineMode::kCombine);
 }
 
 void CudaBackend::expert_sum(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                              int64_t dim, float* y) {
-  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, true);
+  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, CombineMode::kSum);
+}
+
+void CudaBackend::expert_sum_add(const float* expert_out, const float* weight, int64_t rows,
+                                 int64_t k, int64_t dim, float* /*scratch*/, float* y) {
+  launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, CombineMode::kSumAdd);
 }
 
 }  // namespace drama::cuda

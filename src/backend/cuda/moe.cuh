@@ -57,8 +57,10 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
                        const int32_t* logit_column, const int32_t* original_id, int64_t n_stored,
                        int64_t k, bool norm_topk, int32_t* expert_index, float* weight,
                        cudaStream_t stream);
-// from_zero: expert_sum (y = 0 + the sum, y not read), else expert_combine (y += the sum).
+// kCombine: expert_combine (y += the sum, started from y); kSum: expert_sum (y = 0 + the sum, y
+// not read); kSumAdd: expert_sum_add (y = y + (0 + the sum)).
+enum class CombineMode { kCombine, kSum, kSumAdd };
 void launch_expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
-                           int64_t dim, float* y, cudaStream_t stream, bool from_zero);
+                           int64_t dim, float* y, cudaStream_t stream, CombineMode mode);
 
 }  // namespace drama::cuda
