@@ -69,6 +69,26 @@ void poison(Backend& b, float* p, int64_t n) {
   b.fill(p, n, 1, n, nan);
 }
 
+// Pins the tensor-core products to staged tiles and the narrow layout (a test then switches them
+// run by run) and puts the backend's settings back when the scope ends.
+struct PinnedLinearLayouts {
+  explicit PinnedLinearLayouts(Backend& backend) : b(backend) {
+#ifdef DRAMA_WITH_CUDA
+    staged = cuda::set_linear_staged(b, true);
+    wide = cuda::set_linear_wide_rows(b, 0);
+#endif
+  }
+  ~PinnedLinearLayouts() {
+#ifdef DRAMA_WITH_CUDA
+    cuda::set_linear_staged(b, staged);
+    cuda::set_linear_wide_rows(b, wide);
+#endif
+  }
+  Backend& b;
+  bool staged = true;
+  int64_t wide = 0;
+};
+
 #define REQUIRE_CUDA(backend)                               \
   std::string why_no_cuda;                                  \
   std::unique_ptr<Backend> backend = try_cuda(why_no_cuda); \
@@ -322,14 +342,7 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
 TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
-#ifdef DRAMA_WITH_CUDA
-  const bool staged_before = cuda::set_linear_staged(b, true);
-  const int64_t wide_before = cuda::set_linear_wide_rows(b, 0);
-  const AtExit restore{[&b, staged_before, wide_before] {
-    cuda::set_linear_staged(b, staged_before);
-    cuda::set_linear_wide_rows(b, wide_before);
-  }};
-#endif
+  const PinnedLinearLayouts pinned(b);
   std::mt19937 gen(13);
   std::normal_distribution<float> normal;
   const std::vector<std::pair<int64_t, std::vector<int64_t>>> shapes = {
@@ -402,14 +415,7 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
 TEST(CudaFusedKernels, LinearAddEqualsLinearThenAddBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
-#ifdef DRAMA_WITH_CUDA
-  const bool staged_before = cuda::set_linear_staged(b, true);
-  const int64_t wide_before = cuda::set_linear_wide_rows(b, 0);
-  const AtExit restore{[&b, staged_before, wide_before] {
-    cuda::set_linear_staged(b, staged_before);
-    cuda::set_linear_wide_rows(b, wide_before);
-  }};
-#endif
+  const PinnedLinearLayouts pinned(b);
   std::mt19937 gen(19);
   std::normal_distribution<float> normal;
   const std::vector<std::pair<int64_t, int64_t>> shapes = {
