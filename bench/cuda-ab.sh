@@ -27,9 +27,11 @@
 #   AB_CONTRACT   1 (default): drama contract --backend cuda on the binary the rule keeps
 #   AB_LANES      lane counts for the lanes search (paired bench-30b-a3b, stops below real time),
 #                 with the binary the rule keeps
-#   AB_NCU        a kernel regex: Nsight Compute source counters (SASS, per instruction) on those
-#                 kernels of one AB_NCU_ROWS-row step (default 192) of the code under test, exported
-#                 as CSV (bench/ncu_source_summary.py makes the results/ncu-source-*.json receipt)
+#   AB_NCU        a kernel regex: Nsight Compute source counters (SASS, per instruction) on the
+#                 first AB_NCU_COUNT (default 3) such kernels of one AB_NCU_ROWS-row step (default
+#                 192; 1 and 2: the batch-1 and paired steps) of the code under test, exported as
+#                 CSV (bench/ncu_source_summary.py makes the results/ncu-source-*.json receipt),
+#                 and the details page (speed of light, warp states) as text
 #   AB_MUST       sections of cuda-h200-run.sh (beside this script) run with the kept binary, e.g.
 #                 "parity torch" (its torch section sets the PyTorch baselines beside this call's
 #                 decode bench of the kept binary); their receipts under must/. Last: it copies the
@@ -151,12 +153,22 @@ PY
   snap
 fi
 if [ -n "${AB_NCU:-}" ] && command -v ncu >/dev/null; then
-  timeout 200 ncu --clock-control none --nvtx --nvtx-include "kernel_times rows_${AB_NCU_ROWS:-192}/" \
-    -k regex:"$AB_NCU" -c 3 --section SourceCounters --section InstructionStats -o "$out/ncu" -f \
+  # The bench names its steps batch1, paired_batch2 and rows_N (src/cli/bench_synthetic.cpp); it
+  # always runs the first two, so one or two rows add no --step-rows (8 then: a short bench).
+  ncu_rows=${AB_NCU_ROWS:-192}
+  case $ncu_rows in
+    1) ncu_step=batch1 ncu_bench_rows=8 ;;
+    2) ncu_step=paired_batch2 ncu_bench_rows=8 ;;
+    *) ncu_step=rows_$ncu_rows ncu_bench_rows=$ncu_rows ;;
+  esac
+  timeout 200 ncu --clock-control none --nvtx --nvtx-include "kernel_times $ncu_step/" \
+    -k regex:"$AB_NCU" -c "${AB_NCU_COUNT:-3}" --section SourceCounters --section InstructionStats \
+    --section WarpStateStats --section SpeedOfLight -o "$out/ncu" -f \
     bundle/drama bench decode --backend cuda --synthetic configs/bench-30b-a3b.json --frames 1 --repeats 1 \
-    --step-rows "${AB_NCU_ROWS:-192}" >/dev/null 2>"$out/ncu-err.txt"
+    --step-rows "$ncu_bench_rows" >/dev/null 2>"$out/ncu-err.txt"
   echo "ncu exit $?"
   ncu -i "$out/ncu.ncu-rep" --page source --print-source sass --csv 2>&1 | xz >"$out/sass.csv.xz"
+  ncu -i "$out/ncu.ncu-rep" --page details 2>&1 | xz >"$out/details.txt.xz"
   rm -f "$out/ncu.ncu-rep"
 fi
 if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
