@@ -32,6 +32,23 @@ def kernels(path):
     return found
 
 
+def kernel_name(full):
+    """The kernel's name with its template arguments, without its parameter list (the first "("
+    outside the template's angle brackets) and namespace."""
+    depth = 0
+    for i, c in enumerate(full):
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == "(" and depth == 0 and i > 0:
+            full = full[:i]
+            break
+    for prefix in ("void ", "drama::cuda::", "<unnamed>::"):
+        full = full.replace(prefix, "", 1) if full.startswith(prefix) else full
+    return full
+
+
 def summarize(k):
     hdr, data = k["rows"][0], k["rows"][1:]
     col = {h: i for i, h in enumerate(hdr)}
@@ -58,7 +75,7 @@ def summarize(k):
             why[hdr[i][len("stall_"):]] += float(r[i] or 0)
     why_total = sum(why.values()) or 1.0
     return {
-        "kernel": k["name"].split("(")[0].replace("void drama::cuda::<unnamed>::", ""),
+        "kernel": kernel_name(k["name"]),
         "warp_instructions_executed": total,
         "by_opcode": [{"opcode": o, "executed": n, "share": round(n / total, 4),
                        "stall_sample_share": round(op_stall[o] / (stall_total or 1.0), 4)}

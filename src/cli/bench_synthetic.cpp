@@ -348,7 +348,8 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   // (tensor cores or CUDA cores, DRAMA_CUDA_LINEAR: names ending _linear_cores/_linear_tensor)
   // and with the other attention kernel (DRAMA_CUDA_ATTENTION: names ending _attention_v1/_v2),
   // and with the tensor-core products' weight tiles not staged where they are (the same bits,
-  // DRAMA_CUDA_LINEAR_STAGED: names ending _unstaged).
+  // DRAMA_CUDA_LINEAR_STAGED: names ending _unstaged), and with the staged products' general loop
+  // where they take the lean one (the same bits, DRAMA_CUDA_LINEAR_LEAN: names ending _general).
   // Row counts beyond 2 (--step-rows) run as graphs only, named rows_N. The paired step also runs
   // as a graph with its two rows identical (paired_batch2_same_routing_graph): one routing for
   // both, as a trained model's guidance branches mostly choose (drama-mini's share 94% of their
@@ -363,6 +364,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     bool other_attention = false;
     bool same_rows = false;
     bool unstaged = false;
+    bool general = false;
     // CUDA's tensor-core products in one layout at every row count (0: the default's choice by
     // rows; 1: narrow, 2: wide; the same bits: linear.cu).
     int linear_layout = 0;
@@ -379,6 +381,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
   int attention_default = 0;
   int64_t wide_default = 0;
   bool staged_default = false;
+  bool lean_default = false;
   int64_t wide_linear_default = -1;
   if (on_cuda) {
     wide_default = cuda::set_wide_rows(b, 0);
@@ -400,6 +403,11 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     if (staged_default)
       for (const int64_t rows : all_rows)
         step_runs.push_back({.rows = rows, .captured = true, .unstaged = true});
+    lean_default = cuda::set_linear_lean(b, false);
+    cuda::set_linear_lean(b, lean_default);
+    if (staged_default && lean_default)
+      for (const int64_t rows : all_rows)
+        step_runs.push_back({.rows = rows, .captured = true, .general = true});
     wide_linear_default = cuda::set_linear_wide_rows(b, -1);
     cuda::set_linear_wide_rows(b, wide_linear_default);
     for (const int layout : {1, 2})
@@ -456,6 +464,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
       cuda::set_attention_version(b,
                                   run.other_attention ? 3 - attention_default : attention_default);
       cuda::set_linear_staged(b, run.unstaged ? false : staged_default);
+      cuda::set_linear_lean(b, run.general ? false : lean_default);
       cuda::set_linear_wide_rows(b, run.linear_layout == 0   ? wide_linear_default
                                     : run.linear_layout == 1 ? 0
                                                              : 1);
@@ -475,7 +484,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     const std::string name = rows_name(rows) + (same ? "_same_routing" : "") +
                              suffix(version, "_experts_v") + (captured ? "_graph" : "") +
                              (run.no_pdl ? "_no_pdl" : "") + other_kernel +
-                             (run.unstaged ? "_unstaged" : "");
+                             (run.unstaged ? "_unstaged" : "") + (run.general ? "_general" : "");
 #ifdef DRAMA_WITH_CUDA
     // On CUDA the timed steps are an NVTX range named "steps NAME" (NAME as in the receipt), so a
     // trace with the graph's nodes (Nsight Systems --cuda-graph-trace=node;
@@ -547,6 +556,7 @@ int run_synthetic_decode(const std::string& config_path, const BackendOptions& b
     cuda::set_tensor_linear(b, tensor_default);
     cuda::set_attention_version(b, attention_default);
     cuda::set_linear_staged(b, staged_default);
+    cuda::set_linear_lean(b, lean_default);
     cuda::set_linear_wide_rows(b, wide_linear_default);
   }
 #endif

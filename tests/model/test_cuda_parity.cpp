@@ -75,19 +75,36 @@ struct PinnedLinearLayouts {
   explicit PinnedLinearLayouts(Backend& backend) : b(backend) {
 #ifdef DRAMA_WITH_CUDA
     staged = cuda::set_linear_staged(b, true);
+    lean = cuda::set_linear_lean(b, true);
     wide = cuda::set_linear_wide_rows(b, 0);
 #endif
   }
   ~PinnedLinearLayouts() {
 #ifdef DRAMA_WITH_CUDA
     cuda::set_linear_staged(b, staged);
+    cuda::set_linear_lean(b, lean);
     cuda::set_linear_wide_rows(b, wide);
 #endif
   }
   Backend& b;
   bool staged = true;
+  bool lean = true;
   int64_t wide = 0;
 };
+
+// The layouts of the tensor-core products the bitwise tests run in turn (the same bits in each):
+// staged with the lean loop where it fits (linear.cu: lean_fits), staged with the general loop,
+// unstaged, and wide at every row count.
+constexpr int kLinearLayouts = 4;
+constexpr const char* kLinearLayoutNames[kLinearLayouts] = {"staged (lean)", "staged (general)",
+                                                            "unstaged", "wide"};
+void use_linear_layout([[maybe_unused]] Backend& b, [[maybe_unused]] int layout) {
+#ifdef DRAMA_WITH_CUDA
+  cuda::set_linear_staged(b, layout < 2);
+  cuda::set_linear_lean(b, layout == 0);
+  cuda::set_linear_wide_rows(b, layout < 3 ? 0 : 1);
+#endif
+}
 
 #define REQUIRE_CUDA(backend)                               \
   std::string why_no_cuda;                                  \
@@ -334,11 +351,14 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
 // width that is not a multiple of 4 (the unvectorised loads), products of very different slicing
 // (4096 and 512 outputs: 8 and 16 slices) and every row count the batch test uses.
 //
-// Each also with the weight tiles staged in shared memory and not (DRAMA_CUDA_LINEAR_STAGED,
-// linear.cu), and in the wide layout at every row count (DRAMA_CUDA_LINEAR_WIDE_ROWS): the same
-// bits (in 2050 is not staged: rows not in whole 16-byte chunks; in 144 and 2050 have no wide
-// layout, not whole 64-input chunks; in 320's two slices of 10 steps end inside a chunk; at 100
-// rows q, k and v take the wide layout's 4 row tiles a block, at 64 and fewer its 2).
+// Each also in every layout of kLinearLayoutNames: staged with the lean loop (lean at in 2048 and
+// 4096, whose slices are whole groups of 8 steps, the 2049 outputs' last block holding one weight
+// row, 15 past out; not at 144, 64 and 320) and with the general one (DRAMA_CUDA_LINEAR_LEAN),
+// not staged (DRAMA_CUDA_LINEAR_STAGED, linear.cu), and wide at every row count
+// (DRAMA_CUDA_LINEAR_WIDE_ROWS): the same bits (in 2050 is not staged: rows not in whole 16-byte
+// chunks; in 144 and 2050 have no wide layout, not whole 64-input chunks; in 320's two slices of
+// 10 steps end inside a chunk; at 100 rows q, k and v take the wide layout's 4 row tiles a block,
+// at 64 and fewer its 2).
 TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
   REQUIRE_CUDA(cuda);
   Backend& b = *cuda;
@@ -365,16 +385,12 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
       for (auto& v : x) v = normal(gen);
       auto xd = b.alloc(x.size() * 4);
       b.upload(xd->data(), x.data(), x.size() * 4);
-      // Runs: one call each, in one launch, then both again with the tiles unstaged, then both
-      // in the wide layout.
-      const char* layouts[] = {"staged", "unstaged", "wide"};
-      std::vector<std::vector<float>> got[6];
-      for (int run = 0; run < 6; ++run) {
+      // Runs: one call each, in one launch, then both again staged with the general loop (not
+      // the lean one), with the tiles unstaged, then in the wide layout.
+      std::vector<std::vector<float>> got[2 * kLinearLayouts];
+      for (int run = 0; run < 2 * kLinearLayouts; ++run) {
         const bool fused = run % 2 == 1;
-#ifdef DRAMA_WITH_CUDA
-        cuda::set_linear_staged(b, run < 2);
-        cuda::set_linear_wide_rows(b, run < 4 ? 0 : 1);
-#endif
+        use_linear_layout(b, run / 2);
         std::vector<std::unique_ptr<DeviceBuffer>> y;
         std::vector<Backend::Product> products;
         for (size_t j = 0; j < outs.size(); ++j) {
@@ -397,10 +413,11 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
         EXPECT_TRUE(std::all_of(got[1][j].begin(), got[1][j].end(),
                                 [](float v) { return std::isfinite(v); }))
             << "product " << j << " has elements linears never wrote, rows " << rows;
-        for (int run = 1; run < 6; ++run)
+        for (int run = 1; run < 2 * kLinearLayouts; ++run)
           EXPECT_EQ(std::memcmp(got[0][j].data(), got[run][j].data(), got[0][j].size() * 4), 0)
               << "product " << j << " (" << outs[j] << "x" << in << ") rows " << rows << " run "
-              << run << (run % 2 ? " (one launch), " : " (one call each), ") << layouts[run / 2];
+              << run << (run % 2 ? " (one launch), " : " (one call each), ")
+              << kLinearLayoutNames[run / 2];
         ++checked;
       }
     }
@@ -408,9 +425,9 @@ TEST(CudaFusedKernels, LinearsEqualOneLinearCallEachBitwise) {
 }
 
 // linear_add (the residual add folded into the product's store) gives the bits of linear into a
-// scratch then add (Backend's default, both CUDA launches), staged, unstaged and wide, at o's
-// shape and odd ones, at every row count the batch test uses; where it folds (BF16 on tensor
-// cores: every case here) the scratch stays untouched (poisoned), and every element of y is
+// scratch then add (Backend's default, both CUDA launches) in every layout of kLinearLayoutNames,
+// at o's shape and odd ones, at every row count the batch test uses; where it folds (BF16 on
+// tensor cores: every case here) the scratch stays untouched (poisoned), and every element of y is
 // written once (a residual of large and small values, signed zeros among them).
 TEST(CudaFusedKernels, LinearAddEqualsLinearThenAddBitwise) {
   REQUIRE_CUDA(cuda);
@@ -434,15 +451,11 @@ TEST(CudaFusedKernels, LinearAddEqualsLinearThenAddBitwise) {
       y0[0] = -0.0f;
       auto xd = b.alloc(x.size() * 4);
       b.upload(xd->data(), x.data(), x.size() * 4);
-      // Runs: the default's two calls, then linear_add; staged, unstaged, then wide.
-      const char* layouts[] = {"staged", "unstaged", "wide"};
-      std::vector<float> got[6];
-      for (int run = 0; run < 6; ++run) {
+      // Runs: the default's two calls, then linear_add; in each layout of kLinearLayoutNames.
+      std::vector<float> got[2 * kLinearLayouts];
+      for (int run = 0; run < 2 * kLinearLayouts; ++run) {
         const bool fused = run % 2 == 1;
-#ifdef DRAMA_WITH_CUDA
-        cuda::set_linear_staged(b, run < 2);
-        cuda::set_linear_wide_rows(b, run < 4 ? 0 : 1);
-#endif
+        use_linear_layout(b, run / 2);
         auto yd = b.alloc(y0.size() * 4);
         b.upload(yd->data(), y0.data(), y0.size() * 4);
         auto scratch = b.alloc(y0.size() * 4);
@@ -465,14 +478,15 @@ TEST(CudaFusedKernels, LinearAddEqualsLinearThenAddBitwise) {
       EXPECT_TRUE(
           std::all_of(got[1].begin(), got[1].end(), [](float v) { return std::isfinite(v); }))
           << out << "x" << in << " rows " << rows;
-      for (int run = 1; run < 6; ++run)
+      for (int run = 1; run < 2 * kLinearLayouts; ++run)
         EXPECT_EQ(std::memcmp(got[0].data(), got[run].data(), got[0].size() * 4), 0)
             << out << "x" << in << " rows " << rows << " run " << run
-            << (run % 2 ? " (linear_add), " : " (linear then add), ") << layouts[run / 2];
+            << (run % 2 ? " (linear_add), " : " (linear then add), ")
+            << kLinearLayoutNames[run / 2];
       ++checked;
     }
   EXPECT_EQ(checked, 5 * 6);
-  EXPECT_EQ(folded, 5 * 6 * 3);
+  EXPECT_EQ(folded, 5 * 6 * kLinearLayouts);
 }
 
 // expert_sum (the combine started from zero, its output never read) gives the bits of fill with

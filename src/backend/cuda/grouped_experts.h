@@ -67,6 +67,12 @@ bool set_tensor_linear(Backend& backend, bool on);
 // the previous setting. Throws drama::Error when `backend` is not the CUDA backend.
 bool set_linear_staged(Backend& backend, bool on);
 
+// Switches whether the staged products take their lean loop where it fits (true, the default
+// unless DRAMA_CUDA_LINEAR_LEAN=0; the same bits either way: linear.cu) for every CUDA backend of
+// the process, drops `backend`'s captured graphs, and returns the previous setting. Throws
+// drama::Error when `backend` is not the CUDA backend.
+bool set_linear_lean(Backend& backend, bool on);
+
 // Sets from how many rows the tensor-core BF16 products take their wide layout (the same bits
 // either way: linear.cu) for every CUDA backend of the process: -1 the default
 // (DRAMA_CUDA_LINEAR_WIDE_ROWS, else 64), 0 never, N > 0 from N rows on. Drops `backend`'s

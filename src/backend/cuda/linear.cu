@@ -183,10 +183,19 @@ __device__ __forceinline__ void store_product(float* p, float sum, bool add_to_y
 // sm_90a: 72-88 bytes of spills), so q, k and v's blocks of 256 threads fit three an SM as their
 // shared memory does (320 blocks in one wave of 132 SMs, not two) and a block leaves registers
 // for the kernel before it.
-template <bool Several, bool Staged>
+//
+// Lean (staged only, where lean_fits: inputs in whole steps, every slice whole groups of
+// kMmaAhead steps, x on 16 bytes): the same operations in the same order, without the per-step
+// bounds of the general loop (at one row its SASS held 110 instructions a step, 3 of them mma:
+// Nsight Compute, H100 2026-12-07 09:15, results/ncu-source-rows1-h100-0915.json). A lane's
+// activation row past `rows` reads the last row instead of zeros, and a weight row past `out` is
+// zeros staged in the tile: either feeds only a column of D (an activation row) or a row of D (an
+// output column) that is never stored, so every stored element keeps its bits.
+template <bool Several, bool Staged, bool Lean>
 __global__ void __maxnreg__(Staged ? 80 : 128)
     linear_bf16_mma_kernel(const MmaProducts products, const float* __restrict__ x, int64_t rows,
                            int64_t in, bool vec_x) {
+  static_assert(Staged || !Lean, "the lean loop reads its weights from the staged tile");
   // Dynamic shared memory: staged, the block's weight rows; otherwise the slices' partial sums.
   extern __shared__ __align__(16) uint8_t tile[];
   // Several: the block's product by its column blocks. One product: index 0, a constant, so its
@@ -214,6 +223,11 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     for (int64_t r = 0; r < rows_here; ++r, src += in * 2, dst += stride)
       for (int c = threadIdx.x; c < chunks; c += blockDim.x) cp_async16(dst + 16 * c, src + 16 * c);
     cp_async_commit();
+    if constexpr (Lean) {  // the lean loop reads the rows past `out` unchecked: zeros
+      for (int64_t r = rows_here; r < kMmaColumns; ++r)
+        for (int c = threadIdx.x; c < chunks; c += blockDim.x)
+          *reinterpret_cast<uint4*>(tile + r * stride + 16 * c) = make_uint4(0, 0, 0, 0);
+    }
   }
   pdl_entry();
   if constexpr (Staged) {
@@ -234,6 +248,27 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
       return reinterpret_cast<float*>(tile + rr * stride + sl * steps_per_slice * 32)[oo];
     else
       return reinterpret_cast<float*>(tile)[(sl * kMmaRows + rr) * (kMmaColumns + 1) + oo];
+  };
+  // A slice's sums: stored (one slice) or written to its partials. Lane (g, t) holds D[g][2t],
+  // D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1] of each row tile n: output column g (+ 8),
+  // activation row 8 n + 2 t (+ 1).
+  auto finish_slice = [&](int slice, const float(&acc)[kMmaTilesN][4],
+                          const float(&acc_low)[kMmaTilesN][4]) {
+    auto each = [&](auto&& f) {
+#pragma unroll
+      for (int n = 0; n < kMmaTilesN; ++n)
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          f(8 * n + 2 * t + (q & 1), g + 8 * (q >> 1), acc[n][q] + acc_low[n][q]);
+    };
+    __syncwarp();  // staged: every lane is done reading the slice's inputs before they are written
+    if (slices == 1)
+      each([&](int rr, int oo, float v) {
+        if (r0 + rr < rows && o0 + oo < out)
+          store_product(y + (r0 + rr) * out + o0 + oo, v, products.add_to_y);
+      });
+    else
+      each([&](int rr, int oo, float v) { partial(slice, rr, oo) = v; });
   };
   // A slice's sum, from zero into its own partials: the same whichever warp makes it.
   auto run_slice = [&](int slice) {
@@ -298,32 +333,66 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
         }
       }
     }
-    // Lane (g, t) holds D[g][2t], D[g][2t + 1], D[g + 8][2t], D[g + 8][2t + 1] of each row tile n:
-    // output column g (+ 8), activation row 8 n + 2 t (+ 1).
-    auto each = [&](auto&& f) {
+    finish_slice(slice, acc, acc_low);
+  };
+  // The lean loop (Lean): run_slice's operations for a slice of whole groups inside `in`.
+  auto run_slice_lean = [&](int slice) {
+    const int s0 = slice * static_cast<int>(steps_per_slice);
+    float acc[kMmaTilesN][4], acc_low[kMmaTilesN][4];
 #pragma unroll
-      for (int n = 0; n < kMmaTilesN; ++n)
+    for (int n = 0; n < kMmaTilesN; ++n)
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          f(8 * n + 2 * t + (q & 1), g + 8 * (q >> 1), acc[n][q] + acc_low[n][q]);
-    };
-    __syncwarp();  // staged: every lane is done reading the slice's inputs before they are written
-    if (slices == 1)
-      each([&](int rr, int oo, float v) {
-        if (r0 + rr < rows && o0 + oo < out)
-          store_product(y + (r0 + rr) * out + o0 + oo, v, products.add_to_y);
-      });
-    else
-      each([&](int rr, int oo, float v) { partial(slice, rr, oo) = v; });
+      for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+    // The lane's activations of tile n (row r0 + 8 n + g, the last row past `rows`) and its
+    // weights (tile rows g and g + 8), from the slice's first input on.
+    const float* xr[kMmaTilesN];
+#pragma unroll
+    for (int n = 0; n < kMmaTilesN; ++n) {
+      const int64_t r = r0 + 8 * n + g < rows ? r0 + 8 * n + g : rows - 1;
+      xr[n] = x + r * in + 16 * s0 + 4 * t;
+    }
+    const uint8_t* ar = tile + g * stride + 32 * s0 + 8 * t;
+    const int groups = static_cast<int>(steps_per_slice) / kMmaAhead;
+    for (int i = 0; i < groups; ++i, ar += 32 * kMmaAhead) {
+#pragma unroll
+      for (int n = 0; n < kMmaTilesN; ++n) {
+        if (n >= ntiles) break;
+        float4 v[kMmaAhead];
+#pragma unroll
+        for (int u = 0; u < kMmaAhead; ++u)
+          v[u] = *reinterpret_cast<const float4*>(xr[n] + 16 * (kMmaAhead * i + u));
+#pragma unroll
+        for (int u = 0; u < kMmaAhead; ++u) {
+          uint32_t b[3][2];
+#pragma unroll
+          for (int term = 0; term < 3; ++term) {
+            b[term][0] = take_upper_halves(v[u].x, v[u].y);
+            b[term][1] = take_upper_halves(v[u].z, v[u].w);
+          }
+          const uint2 row_g = *reinterpret_cast<const uint2*>(ar + 32 * u);
+          const uint2 row_g8 = *reinterpret_cast<const uint2*>(ar + 8 * stride + 32 * u);
+          const uint32_t a[4] = {row_g.x, row_g8.x, row_g.y, row_g8.y};
+          mma_bf16(acc_low[n], a, b[2][0], b[2][1]);
+          mma_bf16(acc_low[n], a, b[1][0], b[1][1]);
+          mma_bf16(acc[n], a, b[0][0], b[0][1]);
+        }
+      }
+    }
+    finish_slice(slice, acc, acc_low);
   };
   // One product (Several false): a warp per slice, as launched. Several: warp w runs slices w,
   // w + warps, ... (the loop costs spills: 124 bytes at 128 registers, sm_90a, so one product
   // keeps the form without it).
-  if constexpr (Several) {
-    for (int slice = warp; slice < slices; slice += static_cast<int>(blockDim.x / 32))
+  auto run = [&](int slice) {
+    if constexpr (Lean)
+      run_slice_lean(slice);
+    else
       run_slice(slice);
+  };
+  if constexpr (Several) {
+    for (int slice = warp; slice < slices; slice += static_cast<int>(blockDim.x / 32)) run(slice);
   } else if (warp < slices) {
-    run_slice(warp);
+    run(warp);
   }
   if (slices == 1) return;
   __syncthreads();
@@ -627,10 +696,28 @@ void launch_wide(const MmaProducts& p, const float* x, int64_t rows, int64_t in,
          static_cast<size_t>(bytes), stream, p, x, rows, in);
 }
 
-template <bool Several, bool Staged>
+// Whether a staged launch may take the lean loop (the same bits either way): inputs in whole
+// 16-input steps, x on 16 bytes, and every product's slices whole groups of kMmaAhead steps that
+// end at its last step. DRAMA_CUDA_LINEAR_LEAN=0 (or set_linear_lean, for the bench and the tests)
+// keeps the general loop.
+std::atomic<bool> g_linear_lean{[] {
+  const char* v = std::getenv("DRAMA_CUDA_LINEAR_LEAN");
+  return !(v && std::string(v) == "0");
+}()};
+bool lean_fits(const MmaProducts& p, const float* x, int64_t in) {
+  if (!g_linear_lean.load(std::memory_order_relaxed) || in % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return false;
+  const int64_t steps = in / 16;
+  for (int j = 0; j < p.n; ++j)
+    if (p.steps_per_slice[j] % kMmaAhead != 0 || steps % p.steps_per_slice[j] != 0) return false;
+  return true;
+}
+
+template <bool Several, bool Staged, bool Lean = false>
 void launch_mma(const MmaProducts& p, dim3 grid, int threads, const float* x, int64_t rows,
                 int64_t in, bool vec_x, cudaStream_t stream) {
-  auto* kernel = linear_bf16_mma_kernel<Several, Staged>;
+  auto* kernel = linear_bf16_mma_kernel<Several, Staged, Lean>;
   const int64_t bytes = Staged ? kMmaColumns * stage_stride(in)
                                : int64_t{kMmaMaxSlices} * kMmaRows * (kMmaColumns + 1) * 4;
   static std::atomic<int64_t> allowed{0};
@@ -655,7 +742,12 @@ bool launch_mma_products(const MmaProducts& p, const float* x, int64_t rows, int
   const bool vec_x = reinterpret_cast<uintptr_t>(x) % 16 == 0 && in % 4 == 0;
   const dim3 grid(p.block0[p.n], blocks_for(rows, kMmaRows));
   const bool staged = staged_fits(p, in);
-  if (p.n == 1 && staged)
+  const bool lean = staged && lean_fits(p, x, in);
+  if (p.n == 1 && lean)
+    launch_mma<false, true, true>(p, grid, threads, x, rows, in, vec_x, stream);
+  else if (lean)
+    launch_mma<true, true, true>(p, grid, threads, x, rows, in, vec_x, stream);
+  else if (p.n == 1 && staged)
     launch_mma<false, true>(p, grid, threads, x, rows, in, vec_x, stream);
   else if (p.n == 1)
     launch_mma<false, false>(p, grid, threads, x, rows, in, vec_x, stream);
@@ -758,6 +850,9 @@ void check_linear_environment() {
   const char* s = std::getenv("DRAMA_CUDA_LINEAR_STAGED");
   if (s && *s && std::string(s) != "0" && std::string(s) != "1")
     throw Error(std::string("DRAMA_CUDA_LINEAR_STAGED=") + s + ": 0 or 1");
+  const char* l = std::getenv("DRAMA_CUDA_LINEAR_LEAN");
+  if (l && *l && std::string(l) != "0" && std::string(l) != "1")
+    throw Error(std::string("DRAMA_CUDA_LINEAR_LEAN=") + l + ": 0 or 1");
   const char* r = std::getenv("DRAMA_CUDA_LINEAR_WIDE_ROWS");
   if (r && *r && std::string(r).find_first_not_of("0123456789") != std::string::npos)
     throw Error(std::string("DRAMA_CUDA_LINEAR_WIDE_ROWS=") + r +
@@ -770,6 +865,10 @@ bool set_tensor_linear_flag(bool on) {
 
 bool set_linear_staged_flag(bool on) {
   return g_linear_staged.exchange(on, std::memory_order_relaxed);
+}
+
+bool set_linear_lean_flag(bool on) {
+  return g_linear_lean.exchange(on, std::memory_order_relaxed);
 }
 
 int64_t set_linear_wide_rows_flag(int64_t rows) {
