@@ -640,23 +640,25 @@ V3Split v3_split(int64_t in) {
   return {static_cast<int>(slices), per};
 }
 
-// Codes of inputs kb .. kb + 31 of a row (two 8-byte halves, zeros past in) and the two block
-// scales as bfloat16 pairs.
-__device__ __forceinline__ void v3_weights(const uint8_t* codes, const uint8_t* scales, int64_t in,
-                                           int64_t kb, bool valid, uint32_t (&w)[4],
-                                           uint32_t (&sc)[2]) {
+// Codes of inputs kb .. kb + 31 of a row (two 8-byte halves) and its two block scales' bytes,
+// zeros where the row is not valid or past in. Every load reads an address in bounds (input 0 of
+// the row in place of the others) and the zeros are selected after it, with no branch: so a
+// warp's loads of all its rows are issued before any of them is used (the branches of the form
+// before, each scale decoded inside its own, held every load until the one before had returned:
+// four round trips to memory a group at one row; Nsight Compute, H100 2026-12-07 09:25).
+__device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* scales, int64_t in,
+                                        int64_t kb, bool valid, uint32_t (&w)[4],
+                                        uint32_t (&raw)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t k = kb + 16 * h;
-    if (valid && k < in) {
-      const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes + k / 2));
-      w[2 * h] = c.x;
-      w[2 * h + 1] = c.y;
-      sc[h] = e4m3_bf16x2(__ldg(scales + k / 16));
-    } else {
-      w[2 * h] = w[2 * h + 1] = 0;
-      sc[h] = 0;
-    }
+    const bool ok = valid && k < in;
+    const int64_t at = ok ? k : 0;
+    const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes + at / 2));
+    const uint32_t b = __ldg(scales + at / 16);
+    w[2 * h] = ok ? c.x : 0u;
+    w[2 * h + 1] = ok ? c.y : 0u;
+    raw[h] = ok ? b : 0u;
   }
 }
 
@@ -727,14 +729,21 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
       for (int q = 0; q < 4; ++q) acc[w][q] = acc_low[w][q] = 0.0f;
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t kb = 128 * q + 32 * t;
+      // Every row's loads first, then the scales' decode (a zero byte decodes to zero).
       uint32_t wc[NW][2][4], sc[NW][2][2];
 #pragma unroll
       for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          v3_weights(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
-          // The activation terms, split ahead (chunk kb / 4 + s of the row), four steps at a time
-          // (all eight at once spill: 324 bytes for gate/up, 68 for down, sm_90a).
+          v3_load(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) sc[w][h][e] = e4m3_bf16x2(static_cast<uint8_t>(sc[w][h][e]));
+            // The activation terms, split ahead (chunk kb / 4 + s of the row), four steps at a time
+            // (all eight at once spill: 324 bytes for gate/up, 68 for down, sm_90a).
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         uint4 va[4];
