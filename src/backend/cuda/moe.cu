@@ -643,9 +643,11 @@ V3Split v3_split(int64_t in) {
 // Codes of inputs kb .. kb + 31 of a row (two 8-byte halves) and its two block scales' bytes,
 // zeros where the row is not valid or past in. Every load reads an address in bounds (input 0 of
 // the row in place of the others) and the zeros are selected after it, with no branch: so a
-// warp's loads of all its rows are issued before any of them is used (the branches of the form
-// before, each scale decoded inside its own, held every load until the one before had returned:
-// four round trips to memory a group at one row; Nsight Compute, H100 2026-12-07 09:25).
+// warp's loads of all its rows are issued before any of them is used. (The form before decoded
+// each scale inside its own branch right after its load, and gate/up's most stalled instruction
+// was that decode: Nsight Compute, H100 2026-12-07 09:25. Loading the weights first made batch 1
+// x0.984 and paired x0.962; making the activation loads branch-free too, with their zeros
+// selected, cost more selects than it saved: results/decode-v3-loads-h100-0932.json.)
 __device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* scales, int64_t in,
                                         int64_t kb, bool valid, uint32_t (&w)[4],
                                         uint32_t (&raw)[2]) {
@@ -662,11 +664,11 @@ __device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* sca
   }
 }
 
-// Three blocks an SM (ptxas, sm_90a: gate/up 80 registers with 116 bytes of spills, down 79 and
-// none; without the bound 126 and 94, two blocks): at one row the 384 gate/up blocks of 8 experts
-// then fit one wave of the H200's 132 SMs. On the H200 (2026-12-04 18:43, against 18:27) the
-// graphed step took 4.853 ms at one row against 5.007 and 29.43 at 64 rows against 32.67, the same
-// bits (results/decode-h200-1843.json).
+// Three blocks an SM (ptxas, sm_90a, 2026-12-07: gate/up 80 registers with 68 bytes of spills,
+// down 80 and none; without the bound 126 and 94, two blocks): at one row the 384 gate/up blocks of
+// 8 experts then fit one wave of the H200's 132 SMs. On the H200 (2026-12-04 18:43, against 18:27)
+// the graphed step took 4.853 ms at one row against 5.007 and 29.43 at 64 rows against 32.67, the
+// same bits (results/decode-h200-1843.json).
 //
 // Ahead (the default): the activations come split (xs, acts: split_a); otherwise (set_split_ahead
 // false, for the test that the split ahead changes no bit) the kernel reads them as floats (x,
