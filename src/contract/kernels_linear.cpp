@@ -96,6 +96,24 @@ void add_linear_reference(KernelCase& c, const std::vector<float>& x, const std:
     }
 }
 
+// A case of one product at shape sh (label, rows, exactness) with its reference, twin and bound
+// (add_linear_reference); the caller adds its run and limits.
+KernelCase linear_product_case(const LinearShape& sh, bool nvfp4, const std::vector<float>& x,
+                               const std::vector<double>& w) {
+  KernelCase c;
+  c.label = std::string(nvfp4 ? "nvfp4" : "bf16") + " m=" + std::to_string(sh.m) +
+            " k=" + std::to_string(sh.k) + " rows=" + std::to_string(sh.rows) +
+            (sh.exact ? " exact" : "");
+  c.rows = sh.rows;
+  c.row_elems = sh.m;
+  c.exact = sh.exact;
+  c.reference.resize(static_cast<size_t>(sh.rows * sh.m));
+  c.degraded.resize(c.reference.size());
+  c.atol.resize(c.reference.size());
+  add_linear_reference(c, x, w, sh.rows, sh.m, sh.k, 0);
+  return c;
+}
+
 std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
   std::vector<KernelCase> cases;
   for (size_t s = 0; s < std::size(kShapes); ++s) {
@@ -128,18 +146,8 @@ std::vector<KernelCase> linear_cases(uint64_t seed, Fault fault, bool nvfp4) {
       in->faulty.data = in->faulty_codes.data();
       in->faulty.scales = in->faulty_scales.data();
     }
-    KernelCase c;
-    c.label = std::string(nvfp4 ? "nvfp4" : "bf16") + " m=" + std::to_string(sh.m) +
-              " k=" + std::to_string(sh.k) + " rows=" + std::to_string(sh.rows) +
-              (sh.exact ? " exact" : "");
-    c.rows = sh.rows;
-    c.row_elems = sh.m;
-    c.exact = sh.exact;
     const auto& w = in->w(nvfp4);
-    c.reference.resize(static_cast<size_t>(sh.rows * sh.m));
-    c.degraded.resize(c.reference.size());
-    c.atol.resize(c.reference.size());
-    add_linear_reference(c, in->x, w, sh.rows, sh.m, sh.k, 0);
+    KernelCase c = linear_product_case(sh, nvfp4, in->x, w);
     c.nmse_limit = 32.0 * double(sh.k) * kU32 * kU32;
     c.input_norms = {l2(in->x), l2(w)};
     auto ref = std::make_shared<std::vector<double>>(c.reference);
@@ -382,16 +390,8 @@ std::vector<KernelCase> linear_add_cases(uint64_t seed, Fault fault) {
       in->bf = random_bf16(rng, sh.m, sh.k, 1.0 / std::sqrt(double(sh.k)), false);
     in->x = linear_activations(rng, sh.rows * sh.k, false);
     auto y0 = std::make_shared<std::vector<float>>(rng.normals(sh.rows * sh.m));
-    KernelCase c;
-    c.label = std::string(nvfp4 ? "nvfp4" : "bf16") + " m=" + std::to_string(sh.m) +
-              " k=" + std::to_string(sh.k) + " rows=" + std::to_string(sh.rows);
-    c.rows = sh.rows;
-    c.row_elems = sh.m;
     const auto& w = in->w(nvfp4);
-    c.reference.resize(static_cast<size_t>(sh.rows * sh.m));
-    c.degraded.resize(c.reference.size());
-    c.atol.resize(c.reference.size());
-    add_linear_reference(c, in->x, w, sh.rows, sh.m, sh.k, 0);
+    KernelCase c = linear_product_case(sh, nvfp4, in->x, w);
     for (size_t e = 0; e < c.reference.size(); ++e) {
       c.reference[e] += (*y0)[e];
       c.degraded[e] += (*y0)[e];
