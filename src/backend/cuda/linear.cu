@@ -179,6 +179,24 @@ __device__ __forceinline__ void store_product(float* p, float sum, bool add_to_y
   *p = add_to_y ? *p + sum : sum;
 }
 
+// One step of the narrow products, in both loops of linear_bf16_mma_kernel (written once, so the
+// loops' bits agree by construction): four activations of one row split into their three bfloat16
+// terms as mma's B words (split_terms, in place, as take_upper_halves leaves them), then lo and mid
+// into acc_low and hi into acc, in that order, against the A fragment a (mma_terms).
+__device__ __forceinline__ void split_terms(float4& v, uint32_t (&b)[3][2]) {
+#pragma unroll
+  for (int term = 0; term < 3; ++term) {
+    b[term][0] = take_upper_halves(v.x, v.y);
+    b[term][1] = take_upper_halves(v.z, v.w);
+  }
+}
+__device__ __forceinline__ void mma_terms(float (&acc)[4], float (&acc_low)[4],
+                                          const uint32_t (&a)[4], const uint32_t (&b)[3][2]) {
+  mma_bf16(acc_low, a, b[2][0], b[2][1]);
+  mma_bf16(acc_low, a, b[1][0], b[1][1]);
+  mma_bf16(acc, a, b[0][0], b[0][1]);
+}
+
 // Registers: 128 on the register path (one block of 512 threads an SM); staged at most 80 (ptxas,
 // sm_90a: 72-88 bytes of spills), so q, k and v's blocks of 256 threads fit three an SM as their
 // shared memory does (320 blocks in one wave of 132 SMs, not two) and a block leaves registers
@@ -320,16 +338,9 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
         for (int u = 0; u < kMmaAhead; ++u) {
           if (sa + u >= s1) break;
           uint32_t b[3][2];
-#pragma unroll
-          for (int term = 0; term < 3; ++term) {
-            b[term][0] = take_upper_halves(v[u].x, v[u].y);
-            b[term][1] = take_upper_halves(v[u].z, v[u].w);
-          }
+          split_terms(v[u], b);
           if constexpr (Staged) fragment(sa, u, a[0]);
-          const uint32_t(&au)[4] = a[Staged ? 0 : u];
-          mma_bf16(acc_low[n], au, b[2][0], b[2][1]);
-          mma_bf16(acc_low[n], au, b[1][0], b[1][1]);
-          mma_bf16(acc[n], au, b[0][0], b[0][1]);
+          mma_terms(acc[n], acc_low[n], a[Staged ? 0 : u], b);
         }
       }
     }
@@ -364,17 +375,11 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
 #pragma unroll
         for (int u = 0; u < kMmaAhead; ++u) {
           uint32_t b[3][2];
-#pragma unroll
-          for (int term = 0; term < 3; ++term) {
-            b[term][0] = take_upper_halves(v[u].x, v[u].y);
-            b[term][1] = take_upper_halves(v[u].z, v[u].w);
-          }
+          split_terms(v[u], b);
           const uint2 row_g = *reinterpret_cast<const uint2*>(ar + 32 * u);
           const uint2 row_g8 = *reinterpret_cast<const uint2*>(ar + 8 * stride + 32 * u);
           const uint32_t a[4] = {row_g.x, row_g8.x, row_g.y, row_g8.y};
-          mma_bf16(acc_low[n], a, b[2][0], b[2][1]);
-          mma_bf16(acc_low[n], a, b[1][0], b[1][1]);
-          mma_bf16(acc[n], a, b[0][0], b[0][1]);
+          mma_terms(acc[n], acc_low[n], a, b);
         }
       }
     }
