@@ -24,7 +24,11 @@
 #                 AB_REPEATS (default 3) repeats, 10 frames
 #   AB_ENV        VAR=VALUE words for the code under test only (e.g. one binary, a switch off in the
 #                 baseline: AB_BASE_ENV for the baseline's side, bundle/drama-baseline absent)
-#   AB_CONTRACT   1 (default): drama contract --backend cuda on the binary the rule keeps
+#   AB_PARENTS    "NAME=PARENT ..." (optional): variant NAME was built on PARENT (a name above,
+#                 `now` for bundle/drama), not on the binary kept before it: the rule compares it
+#                 with PARENT and keeps it only if PARENT was kept
+#   AB_CONTRACT   1 (default): drama contract --backend cuda on the binary the rule keeps;
+#                 AB_CONTRACT_ON (names): the contract on those binaries too
 #   AB_LANES      lane counts for the lanes search (paired bench-30b-a3b, stops below real time),
 #                 with the binary the rule keeps
 #   AB_NCU        a kernel regex: Nsight Compute source counters (SASS, per instruction) on the
@@ -104,9 +108,14 @@ def load(v):
     except (OSError, ValueError):
         return None
 d = {v: load(v) for v in names}
+# AB_PARENTS ("NAME=PARENT ..."): a variant built on another than the one kept before it is
+# compared with that parent, and kept only if the parent was.
+parents = dict(p.split("=", 1) for p in os.environ.get("AB_PARENTS", "").split())
 kept = names[0]
+kept_set = {names[0]}
 for v in names[1:]:
-    a, b = d[v], d[kept]
+    ref = parents.get(v, kept)
+    a, b = d[v], d.get(ref)
     if a is None or b is None:
         print("%s: no receipt to compare; not kept" % v, file=sys.stderr)
         continue
@@ -116,19 +125,27 @@ for v in names[1:]:
         if "graph" in k and w:
             r = s["per_step_ms"] / w["per_step_ms"]
             worst = max(worst, r)
-            print("%-10s %-36s %9.3f  %-10s %9.3f ms  x%.4f" % (v, k, s["per_step_ms"], kept, w["per_step_ms"], r),
+            print("%-10s %-36s %9.3f  %-10s %9.3f ms  x%.4f" % (v, k, s["per_step_ms"], ref, w["per_step_ms"], r),
                   file=sys.stderr)
+    # Each kernel timed alone: every kernel at batch 1 (a kernel only one side has shows "-"), the
+    # products at the other steps.
     for st, s in a["kernel_times"]["steps"].items():
         t = {k["kernel"]: k for k in b["kernel_times"]["steps"].get(st, {}).get("by_kernel", [])}
-        for k in s["by_kernel"]:
-            if k["kernel"] in t and ("moe_experts" in k["kernel"] or "linear" in k["kernel"]):
-                print("  %-10s %-44s %s %8.1f  %s %8.1f us" % (st, k["kernel"], v, k["us"] / k["launches"], kept,
-                      t[k["kernel"]]["us"] / t[k["kernel"]]["launches"]), file=sys.stderr)
-    verdict = worst <= rule
-    print("%s: worst graphed step x%.4f against %s: %s" % (v, worst, kept, "kept" if verdict else
-          "not kept (rule x%.2f)" % rule), file=sys.stderr)
+        names_here = [k["kernel"] for k in s["by_kernel"]]
+        names_here += [n for n in t if n not in names_here]
+        mine = {k["kernel"]: k for k in s["by_kernel"]}
+        for n in names_here:
+            if st != "batch1" and not ("moe_experts" in n or "linear" in n):
+                continue
+            us = lambda m: "%8.1f" % (m[n]["us"] / m[n]["launches"]) if n in m else "       -"
+            print("  %-10s %-44s %s %s  %s %s us" % (st, n, v, us(mine), ref, us(t)), file=sys.stderr)
+    verdict = worst <= rule and ref in kept_set
+    print("%s: worst graphed step x%.4f against %s: %s" % (v, worst, ref, "kept" if verdict else
+          "not kept (rule x%.2f%s)" % (rule, "" if ref in kept_set else "; its parent was not kept")),
+          file=sys.stderr)
     if verdict:
         kept = v
+        kept_set.add(v)
 print(kept)
 PY
   ) || pick=${names[0]}
@@ -138,6 +155,12 @@ if [ -n "${AB_CONTRACT-1}" ]; then
   timeout 200 "${bin[$pick]}" contract --backend cuda --json "$out/contract.json" | tail -1
   snap
 fi
+for v in ${AB_CONTRACT_ON:-}; do
+  [ "$v" = "$pick" ] && [ -n "${AB_CONTRACT-1}" ] && continue
+  echo "contract: $v"
+  timeout 200 "${bin[$v]}" contract --backend cuda --json "$out/contract-$v.json" | tail -1
+  snap
+done
 if [ -n "${AB_LANES:-}" ]; then
   echo "lanes with $pick"
   timeout 300 "${bin[$pick]}" bench decode --backend cuda --synthetic configs/bench-30b-a3b.json \
