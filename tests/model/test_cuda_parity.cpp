@@ -76,6 +76,7 @@ struct PinnedLinearLayouts {
 #ifdef DRAMA_WITH_CUDA
     staged = cuda::set_linear_staged(b, true);
     lean = cuda::set_linear_lean(b, true);
+    split = cuda::set_linear_split(b, true);
     wide = cuda::set_linear_wide_rows(b, 0);
 #endif
   }
@@ -83,26 +84,31 @@ struct PinnedLinearLayouts {
 #ifdef DRAMA_WITH_CUDA
     cuda::set_linear_staged(b, staged);
     cuda::set_linear_lean(b, lean);
+    cuda::set_linear_split(b, split);
     cuda::set_linear_wide_rows(b, wide);
 #endif
   }
   Backend& b;
   bool staged = true;
   bool lean = true;
+  bool split = true;
   int64_t wide = 0;
 };
 
 // The layouts of the tensor-core products the bitwise tests run in turn (the same bits in each):
-// staged with the lean loop where it fits (linear.cu: lean_fits), staged with the general loop,
-// unstaged, and wide at every row count.
-constexpr int kLinearLayouts = 4;
-constexpr const char* kLinearLayoutNames[kLinearLayouts] = {"staged (lean)", "staged (general)",
-                                                            "unstaged", "wide"};
+// staged with the lean loop where it fits (linear.cu: lean_fits) and one product's one or two rows
+// split once a block (split_fits), the lean loop with every warp splitting its own, staged with
+// the general loop, unstaged, and wide at every row count.
+constexpr int kLinearLayouts = 5;
+constexpr const char* kLinearLayoutNames[kLinearLayouts] = {
+    "staged (lean, rows split once a block)", "staged (lean)", "staged (general)", "unstaged",
+    "wide"};
 void use_linear_layout([[maybe_unused]] Backend& b, [[maybe_unused]] int layout) {
 #ifdef DRAMA_WITH_CUDA
-  cuda::set_linear_staged(b, layout < 2);
-  cuda::set_linear_lean(b, layout == 0);
-  cuda::set_linear_wide_rows(b, layout < 3 ? 0 : 1);
+  cuda::set_linear_staged(b, layout < 3);
+  cuda::set_linear_split(b, layout == 0);
+  cuda::set_linear_lean(b, layout < 2);
+  cuda::set_linear_wide_rows(b, layout < 4 ? 0 : 1);
 #endif
 }
 
@@ -353,7 +359,9 @@ TEST(CudaFusedKernels, QkNormRopeCacheEqualsTheSixCallsBitwise) {
 //
 // Each also in every layout of kLinearLayoutNames: staged with the lean loop (lean at in 2048 and
 // 4096, whose slices are whole groups of 8 steps, the 2049 outputs' last block holding one weight
-// row, 15 past out; not at 144, 64 and 320) and with the general one (DRAMA_CUDA_LINEAR_LEAN),
+// row, 15 past out; not at 144, 64 and 320), its one and two rows of one product split once a
+// block (DRAMA_CUDA_LINEAR_SPLIT: the one-call-each runs) and not, with the general loop
+// (DRAMA_CUDA_LINEAR_LEAN),
 // not staged (DRAMA_CUDA_LINEAR_STAGED, linear.cu), and wide at every row count
 // (DRAMA_CUDA_LINEAR_WIDE_ROWS): the same bits (in 2050 is not staged: rows not in whole 16-byte
 // chunks; in 144 and 2050 have no wide layout, not whole 64-input chunks; in 320's two slices of

@@ -433,6 +433,10 @@ bool set_linear_lean(Backend& backend, bool on) {
   return switch_kernel(backend, on, set_linear_lean_flag);
 }
 
+bool set_linear_split(Backend& backend, bool on) {
+  return switch_kernel(backend, on, set_linear_split_flag);
+}
+
 int64_t set_linear_wide_rows(Backend& backend, int64_t rows) {
   return switch_kernel(backend, rows, set_linear_wide_rows_flag);
 }

@@ -73,6 +73,12 @@ bool set_linear_staged(Backend& backend, bool on);
 // drama::Error when `backend` is not the CUDA backend.
 bool set_linear_lean(Backend& backend, bool on);
 
+// Switches whether lean products of one or two rows split their rows once per block (true, the
+// default unless DRAMA_CUDA_LINEAR_SPLIT=0; the same bits either way: linear.cu) for every CUDA
+// backend of the process, drops `backend`'s captured graphs, and returns the previous setting.
+// Throws drama::Error when `backend` is not the CUDA backend.
+bool set_linear_split(Backend& backend, bool on);
+
 // Sets from how many rows the tensor-core BF16 products take their wide layout (the same bits
 // either way: linear.cu) for every CUDA backend of the process: -1 the default
 // (DRAMA_CUDA_LINEAR_WIDE_ROWS, else 64), 0 never, N > 0 from N rows on. Drops `backend`'s

@@ -209,11 +209,21 @@ __device__ __forceinline__ void mma_terms(float (&acc)[4], float (&acc_low)[4],
 // activation row past `rows` reads the last row instead of zeros, and a weight row past `out` is
 // zeros staged in the tile: either feeds only a column of D (an activation row) or a row of D (an
 // output column) that is never stored, so every stored element keeps its bits.
-template <bool Several, bool Staged, bool Lean>
+//
+// Split (lean, one product, at most kMmaSplitRows rows: split_fits): the block splits its rows of
+// x into their three bfloat16 terms once, into shared memory after the tile (a row's in / 4
+// chunks of mma's B words: plane A, uint4 {hi(x0, x1), hi(x2, x3), mid(x0, x1), mid(x2, x3)},
+// then plane B, uint2 {lo(x0, x1), lo(x2, x3)}: split_activations, the lean loop's operations on
+// the same floats), and each step reads its B words there: at one row every warp otherwise splits
+// its own activation tile, 7 of 8 rows of it past `rows` (26% of o's instructions: Nsight Compute,
+// H100 2026-12-07 09:25, results/ncu-source-rows1-lean-h100-0923.json). A lane's row past `rows`
+// reads the last row, as the lean loop's does. The same bits.
+template <bool Several, bool Staged, bool Lean, bool Split = false>
 __global__ void __maxnreg__(Staged ? 80 : 128)
     linear_bf16_mma_kernel(const MmaProducts products, const float* __restrict__ x, int64_t rows,
                            int64_t in, bool vec_x) {
   static_assert(Staged || !Lean, "the lean loop reads its weights from the staged tile");
+  static_assert(Lean || !Split, "the split rows are read by a lean loop");
   // Dynamic shared memory: staged, the block's weight rows; otherwise the slices' partial sums.
   extern __shared__ __align__(16) uint8_t tile[];
   // Several: the block's product by its column blocks. One product: index 0, a constant, so its
@@ -248,6 +258,19 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     }
   }
   pdl_entry();
+  // Split: the block's rows of x (all of them: split_fits) as B words, after the tile.
+  uint4* const split_plane_a = reinterpret_cast<uint4*>(tile + kMmaColumns * stride);
+  if constexpr (Split) {
+    const int64_t chunks = in / 4;
+    for (int64_t c = threadIdx.x; c < rows * chunks; c += blockDim.x) {
+      const int64_t r = c / chunks, q = c % chunks;
+      uint2 b;
+      const uint4 a = split_activations(*reinterpret_cast<const float4*>(x + r * in + 4 * q), b);
+      uint4* plane_a = split_plane_a + r * (chunks + chunks / 2);
+      plane_a[q] = a;
+      reinterpret_cast<uint2*>(plane_a + chunks)[q] = b;
+    }
+  }
   if constexpr (Staged) {
     cp_async_wait(0);
     __syncthreads();
@@ -385,11 +408,41 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     }
     finish_slice(slice, acc, acc_low);
   };
+  // The lean loop on the block's split rows (Split): each step's B words from shared memory.
+  auto run_slice_split = [&](int slice) {
+    const int s0 = slice * static_cast<int>(steps_per_slice);
+    float acc[kMmaTilesN][4], acc_low[kMmaTilesN][4];
+#pragma unroll
+    for (int n = 0; n < kMmaTilesN; ++n)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+    const int64_t chunks = in / 4;
+    const int64_t r = g < rows ? g : rows - 1;
+    const uint4* pa = split_plane_a + r * (chunks + chunks / 2) + 4 * s0 + t;
+    const uint2* pb =
+        reinterpret_cast<const uint2*>(split_plane_a + r * (chunks + chunks / 2) + chunks) +
+        4 * s0 + t;
+    const uint8_t* ar = tile + g * stride + 32 * s0 + 8 * t;
+    const int steps_here = static_cast<int>(steps_per_slice);
+#pragma unroll 8
+    for (int u = 0; u < steps_here; ++u) {
+      const uint4 va = pa[4 * u];
+      const uint2 vb = pb[4 * u];
+      const uint2 row_g = *reinterpret_cast<const uint2*>(ar + 32 * u);
+      const uint2 row_g8 = *reinterpret_cast<const uint2*>(ar + 8 * stride + 32 * u);
+      const uint32_t a[4] = {row_g.x, row_g8.x, row_g.y, row_g8.y};
+      const uint32_t b[3][2] = {{va.x, va.y}, {va.z, va.w}, {vb.x, vb.y}};
+      mma_terms(acc[0], acc_low[0], a, b);
+    }
+    finish_slice(slice, acc, acc_low);
+  };
   // One product (Several false): a warp per slice, as launched. Several: warp w runs slices w,
   // w + warps, ... (the loop costs spills: 124 bytes at 128 registers, sm_90a, so one product
   // keeps the form without it).
   auto run = [&](int slice) {
-    if constexpr (Lean)
+    if constexpr (Split)
+      run_slice_split(slice);
+    else if constexpr (Lean)
       run_slice_lean(slice);
     else
       run_slice(slice);
@@ -719,12 +772,31 @@ bool lean_fits(const MmaProducts& p, const float* x, int64_t in) {
   return true;
 }
 
-template <bool Several, bool Staged, bool Lean = false>
+// Whether a lean launch may split its rows once per block (Split; the same bits either way): one
+// product, at most kMmaSplitRows rows, the tile and the split rows within kMmaSplitBytes of
+// shared memory. DRAMA_CUDA_LINEAR_SPLIT=0 (or set_linear_split) keeps every warp splitting its
+// own.
+constexpr int64_t kMmaSplitRows = 2;
+constexpr int64_t kMmaSplitBytes = 227 * 1024;
+std::atomic<bool> g_linear_split{[] {
+  const char* v = std::getenv("DRAMA_CUDA_LINEAR_SPLIT");
+  return !(v && std::string(v) == "0");
+}()};
+int64_t split_bytes(int64_t rows, int64_t in) {
+  return rows * in * 6;
+}
+bool split_fits(const MmaProducts& p, int64_t rows, int64_t in) {
+  return g_linear_split.load(std::memory_order_relaxed) && p.n == 1 && rows <= kMmaSplitRows &&
+         kMmaColumns * stage_stride(in) + split_bytes(rows, in) <= kMmaSplitBytes;
+}
+
+template <bool Several, bool Staged, bool Lean = false, bool Split = false>
 void launch_mma(const MmaProducts& p, dim3 grid, int threads, const float* x, int64_t rows,
                 int64_t in, bool vec_x, cudaStream_t stream) {
-  auto* kernel = linear_bf16_mma_kernel<Several, Staged, Lean>;
-  const int64_t bytes = Staged ? kMmaColumns * stage_stride(in)
-                               : int64_t{kMmaMaxSlices} * kMmaRows * (kMmaColumns + 1) * 4;
+  auto* kernel = linear_bf16_mma_kernel<Several, Staged, Lean, Split>;
+  const int64_t bytes = Staged
+                            ? kMmaColumns * stage_stride(in) + (Split ? split_bytes(rows, in) : 0)
+                            : int64_t{kMmaMaxSlices} * kMmaRows * (kMmaColumns + 1) * 4;
   static std::atomic<int64_t> allowed{0};
   allow_shared(kernel, bytes, allowed, "linear bf16 mma");
   launch(kernel, grid, threads, static_cast<size_t>(bytes), stream, p, x, rows, in, vec_x);
@@ -748,7 +820,9 @@ bool launch_mma_products(const MmaProducts& p, const float* x, int64_t rows, int
   const dim3 grid(p.block0[p.n], blocks_for(rows, kMmaRows));
   const bool staged = staged_fits(p, in);
   const bool lean = staged && lean_fits(p, x, in);
-  if (p.n == 1 && lean)
+  if (lean && split_fits(p, rows, in))
+    launch_mma<false, true, true, true>(p, grid, threads, x, rows, in, vec_x, stream);
+  else if (p.n == 1 && lean)
     launch_mma<false, true, true>(p, grid, threads, x, rows, in, vec_x, stream);
   else if (lean)
     launch_mma<true, true, true>(p, grid, threads, x, rows, in, vec_x, stream);
@@ -855,9 +929,11 @@ void check_linear_environment() {
   const char* s = std::getenv("DRAMA_CUDA_LINEAR_STAGED");
   if (s && *s && std::string(s) != "0" && std::string(s) != "1")
     throw Error(std::string("DRAMA_CUDA_LINEAR_STAGED=") + s + ": 0 or 1");
-  const char* l = std::getenv("DRAMA_CUDA_LINEAR_LEAN");
-  if (l && *l && std::string(l) != "0" && std::string(l) != "1")
-    throw Error(std::string("DRAMA_CUDA_LINEAR_LEAN=") + l + ": 0 or 1");
+  for (const char* name : {"DRAMA_CUDA_LINEAR_LEAN", "DRAMA_CUDA_LINEAR_SPLIT"}) {
+    const char* l = std::getenv(name);
+    if (l && *l && std::string(l) != "0" && std::string(l) != "1")
+      throw Error(std::string(name) + "=" + l + ": 0 or 1");
+  }
   const char* r = std::getenv("DRAMA_CUDA_LINEAR_WIDE_ROWS");
   if (r && *r && std::string(r).find_first_not_of("0123456789") != std::string::npos)
     throw Error(std::string("DRAMA_CUDA_LINEAR_WIDE_ROWS=") + r +
@@ -874,6 +950,10 @@ bool set_linear_staged_flag(bool on) {
 
 bool set_linear_lean_flag(bool on) {
   return g_linear_lean.exchange(on, std::memory_order_relaxed);
+}
+
+bool set_linear_split_flag(bool on) {
+  return g_linear_split.exchange(on, std::memory_order_relaxed);
 }
 
 int64_t set_linear_wide_rows_flag(int64_t rows) {

@@ -36,6 +36,9 @@ bool set_linear_staged_flag(bool on);
 // Whether staged products take the lean loop where it fits (DRAMA_CUDA_LINEAR_LEAN unset or 1;
 // the same bits as the general loop); returns the previous setting.
 bool set_linear_lean_flag(bool on);
+// Whether lean products of one or two rows split their rows once per block (DRAMA_CUDA_LINEAR_SPLIT
+// unset or 1; the same bits as each warp splitting its own); returns the previous setting.
+bool set_linear_split_flag(bool on);
 // From how many rows the tensor-core products take the wide layout (DRAMA_CUDA_LINEAR_WIDE_ROWS:
 // unset, the default; N > 0, from N rows; 0, never; the same bits either way); returns the
 // previous setting (-1: the default).
