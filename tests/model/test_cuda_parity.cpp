@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <random>
@@ -564,6 +565,90 @@ TEST(CudaFusedKernels, ExpertSumAndSumAddEqualTheirDefaultsBitwise) {
         ++checked;
       }
   EXPECT_EQ(checked, 4 * 5 * 3);
+}
+
+// route_topk takes two paths (backend/cuda/moe.cu): stored experts in increasing original id skip
+// the count behind the id rank, others count it. The same experts stored in a shuffled order (their
+// logit columns and ids permuted together) must choose the same original ids in the same ranks with
+// bitwise the same weights, at rows 1, 2, 3 and 64, 128 experts of 128 and a pruned 96 of 128
+// (every third id left out), k 8 and 1, with and without renormalisation, rows of near-ties and
+// exact ties among them; a row holding NaN gets the first k stored experts and NaN weights.
+TEST(CudaRouting, StoredOrderChangesNothingBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+  std::mt19937 gen(23);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  int checked = 0;
+  for (const int64_t experts_kept : {128, 96})
+    for (const int64_t rows : {1, 2, 3, 64})
+      for (const int64_t k : {8, 1})
+        for (const bool norm : {true, false}) {
+          const int64_t width = 128;  // logit columns a row (the unpruned router's outputs)
+          std::vector<int32_t> id;  // the kept original ids, increasing
+          for (int32_t e = 0; id.size() < static_cast<size_t>(experts_kept); ++e)
+            if (experts_kept == width || e % 3 != 2) id.push_back(e);
+          std::vector<float> logits(static_cast<size_t>(rows * width));
+          for (auto& v : logits) v = normal(gen);
+          if (rows > 1)  // exact ties across row 1
+            for (int64_t c = 0; c < width; ++c) logits[width + c] = static_cast<float>(c % 3) * 0.5f;
+          logits[static_cast<size_t>(id[5])] = 4.0015f;  // a near-tie on top of row 0
+          logits[static_cast<size_t>(id[9])] = 4.0014f;
+          std::vector<int32_t> order(id.size());
+          std::iota(order.begin(), order.end(), 0);
+          std::vector<int32_t> shuffled = order;
+          std::shuffle(shuffled.begin(), shuffled.end(), gen);
+          std::vector<int32_t> chosen_id[2];
+          std::vector<uint32_t> w_bits[2];
+          for (int pass = 0; pass < 2; ++pass) {
+            const std::vector<int32_t>& perm = pass ? shuffled : order;
+            std::vector<int32_t> col(perm.size()), oid(perm.size());
+            for (size_t s = 0; s < perm.size(); ++s) col[s] = oid[s] = id[perm[s]];
+            auto ld = b.alloc(logits.size() * 4), cd = b.alloc(col.size() * 4),
+                 od = b.alloc(oid.size() * 4), xd = b.alloc(static_cast<size_t>(rows * k) * 4),
+                 wd = b.alloc(static_cast<size_t>(rows * k) * 4);
+            b.upload(ld->data(), logits.data(), logits.size() * 4);
+            b.upload(cd->data(), col.data(), col.size() * 4);
+            b.upload(od->data(), oid.data(), oid.size() * 4);
+            b.route_topk(ld->f32(), rows, width, static_cast<const int32_t*>(cd->data()),
+                         static_cast<const int32_t*>(od->data()), experts_kept, k, norm,
+                         static_cast<int32_t*>(xd->data()), wd->f32());
+            std::vector<int32_t> index(static_cast<size_t>(rows * k));
+            w_bits[pass].resize(index.size());
+            b.download(index.data(), xd->data(), index.size() * 4);
+            b.download(w_bits[pass].data(), wd->data(), index.size() * 4);
+            for (int32_t s : index) {
+              ASSERT_TRUE(s >= 0 && s < experts_kept) << "index " << s;
+              chosen_id[pass].push_back(oid[static_cast<size_t>(s)]);
+            }
+          }
+          const std::string where = "experts " + std::to_string(experts_kept) + " rows " +
+                                    std::to_string(rows) + " k " + std::to_string(k) +
+                                    (norm ? " norm" : "");
+          EXPECT_EQ(chosen_id[0], chosen_id[1]) << where;
+          EXPECT_EQ(w_bits[0], w_bits[1]) << where;
+          ++checked;
+        }
+  EXPECT_EQ(checked, 2 * 4 * 2 * 2);
+  // A row holding NaN: the first k stored experts, NaN weights.
+  std::vector<float> logits(128, 1.0f);
+  logits[40] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<int32_t> col(128);
+  std::iota(col.begin(), col.end(), 0);
+  std::reverse(col.begin(), col.end());  // ids decreasing: the counting path
+  auto ld = b.alloc(128 * 4), cd = b.alloc(128 * 4), xd = b.alloc(8 * 4), wd = b.alloc(8 * 4);
+  b.upload(ld->data(), logits.data(), 128 * 4);
+  b.upload(cd->data(), col.data(), 128 * 4);
+  b.route_topk(ld->f32(), 1, 128, static_cast<const int32_t*>(cd->data()),
+               static_cast<const int32_t*>(cd->data()), 128, 8, true,
+               static_cast<int32_t*>(xd->data()), wd->f32());
+  std::vector<int32_t> index(8);
+  std::vector<float> w(8);
+  b.download(index.data(), xd->data(), 32);
+  b.download(w.data(), wd->data(), 32);
+  for (int j = 0; j < 8; ++j) {
+    EXPECT_EQ(index[j], j);
+    EXPECT_TRUE(std::isnan(w[j])) << j;
+  }
 }
 
 // The grouped expert kernels (all rows' experts in three launches, the choice on the device) give

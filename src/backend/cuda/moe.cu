@@ -28,16 +28,21 @@ constexpr int kMaxTopk = 64;
 // weights NaN: the frame's non-finite flag reports it).
 // The counts behind both ranks are split over kRouteLanes threads per expert (integer sums: any
 // order gives the same count), so the block's longest loop is n_stored / kRouteLanes steps.
+// The stored experts' columns and original ids are weights: they are read before the wait for the
+// kernel before (pdl_entry), so only the logits' load is left after it. Stored experts already in
+// increasing original id (every unpruned layer, and a pruned one that keeps the order) skip the
+// count behind the id rank: an expert's rank by id is then its stored index. The k chosen weights
+// are written by k threads, each summing the kept probabilities itself in rank order (the same
+// bits in every thread).
 constexpr int kRouteThreads = 1024;
 constexpr int kRouteLanes = 8;
 constexpr int kRouteGroups = kRouteThreads / kRouteLanes;
 
 __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logit_stride,
                                   const int32_t* __restrict__ logit_column,
-                                  const int32_t* __restrict__ original_id, int64_t n_stored,
-                                  int64_t k, bool norm_topk, int32_t* __restrict__ expert_index,
+                                  const int32_t* __restrict__ original_id, int n_stored, int k,
+                                  bool norm_topk, int32_t* __restrict__ expert_index,
                                   float* __restrict__ weight) {
-  pdl_entry();
   extern __shared__ float shared[];
   float* prob = shared;                                         // [n_stored] by stored index
   float* by_id = prob + n_stored;                               // [n_stored] exp terms by id rank
@@ -46,44 +51,59 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
   __shared__ int32_t chosen[kMaxTopk];
   __shared__ float total;
   __shared__ int unordered;
-  const int64_t r = blockIdx.x;
-  const float* l = logits + r * logit_stride;
-  if (threadIdx.x == 0) unordered = 0;
-  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) chosen[j] = -1;
+  const int tid = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
+  // Weights first (before the wait): ids into shared memory, each thread's first column in a
+  // register, and whether the ids it can see increase.
+  int increasing = 1;
+  for (int s = tid; s < n_stored; s += threads) {
+    const int32_t id = original_id[s];
+    oid[s] = id;
+    if (s + 1 < n_stored && !(id < original_id[s + 1])) increasing = 0;
+  }
+  const int32_t first_column = tid < n_stored ? logit_column[tid] : 0;
+  pdl_entry();
+  const float* l = logits + static_cast<int64_t>(blockIdx.x) * logit_stride;
+  if (tid == 0) unordered = 0;
+  if (tid < k) chosen[tid] = -1;
   float max = -__int_as_float(0x7f800000);
-  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) {
-    oid[s] = original_id[s];
-    prob[s] = l[logit_column[s]];
+  for (int s = tid; s < n_stored; s += threads) {
+    prob[s] = l[s == tid ? first_column : logit_column[s]];
     max = fmaxf(max, prob[s]);
   }
+  increasing = __syncthreads_and(increasing);
   max = block_max(max, max_part);  // synchronizes: oid and the logits are in shared memory
-  const int group = static_cast<int>(threadIdx.x) / kRouteLanes;
-  const int sub = static_cast<int>(threadIdx.x) % kRouteLanes;
+  const int group = tid / kRouteLanes, sub = tid % kRouteLanes;
   // (The loop bounds are the same for the kRouteLanes threads of a group: the shuffles see them
   // all. n_stored rounded up to whole rounds of the groups keeps every group in every round.)
-  const int64_t rounds = (n_stored + kRouteGroups - 1) / kRouteGroups * kRouteGroups;
-  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
-    const bool valid = s0 < n_stored;
-    const int32_t me = valid ? oid[s0] : 0;
-    int rank = 0;
-    if (valid)
-      for (int64_t t = sub; t < n_stored; t += kRouteLanes) rank += oid[t] < me;
-    for (int w = kRouteLanes / 2; w >= 1; w /= 2)
-      rank += __shfl_xor_sync(0xffffffffu, rank, w, kRouteLanes);
-    if (valid && sub == 0) {
-      const float e = expf(prob[s0] - max);
-      prob[s0] = e;
-      by_id[rank] = e;
+  const int rounds = (n_stored + kRouteGroups - 1) / kRouteGroups * kRouteGroups;
+  float* terms = by_id;
+  if (increasing) {
+    terms = prob;  // the id rank is the stored index: the terms in place are in increasing id
+    for (int s = tid; s < n_stored; s += threads) prob[s] = expf(prob[s] - max);
+  } else {
+    for (int s0 = group; s0 < rounds; s0 += kRouteGroups) {
+      const bool valid = s0 < n_stored;
+      const int32_t me = valid ? oid[s0] : 0;
+      int rank = 0;
+      if (valid)
+        for (int t = sub; t < n_stored; t += kRouteLanes) rank += oid[t] < me;
+      for (int w = kRouteLanes / 2; w >= 1; w /= 2)
+        rank += __shfl_xor_sync(0xffffffffu, rank, w, kRouteLanes);
+      if (valid && sub == 0) {
+        const float e = expf(prob[s0] - max);
+        prob[s0] = e;
+        by_id[rank] = e;
+      }
     }
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (tid == 0) {
     // In increasing id; 16 terms are loaded before they are added.
     float sum = 0.0f;
-    for (int64_t i0 = 0; i0 < n_stored; i0 += 16) {
+    for (int i0 = 0; i0 < n_stored; i0 += 16) {
       float e[16];
 #pragma unroll
-      for (int u = 0; u < 16; ++u) e[u] = i0 + u < n_stored ? by_id[i0 + u] : 0.0f;
+      for (int u = 0; u < 16; ++u) e[u] = i0 + u < n_stored ? terms[i0 + u] : 0.0f;
 #pragma unroll
       for (int u = 0; u < 16; ++u)
         if (i0 + u < n_stored) sum += e[u];
@@ -91,15 +111,15 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
     total = sum;
   }
   __syncthreads();
-  for (int64_t s = threadIdx.x; s < n_stored; s += blockDim.x) prob[s] /= total;
+  for (int s = tid; s < n_stored; s += threads) prob[s] /= total;
   __syncthreads();
-  for (int64_t s0 = group; s0 < rounds; s0 += kRouteGroups) {
+  for (int s0 = group; s0 < rounds; s0 += kRouteGroups) {
     const bool valid = s0 < n_stored;
     const float p = valid ? prob[s0] : 0.0f;
     const int32_t me = valid ? oid[s0] : 0;
     int beaten_by = 0;
     if (valid)
-      for (int64_t t = sub; t < n_stored; t += kRouteLanes) {
+      for (int t = sub; t < n_stored; t += kRouteLanes) {
         const float pt = prob[t];
         beaten_by += pt > p || (pt == p && oid[t] < me);
       }
@@ -107,21 +127,19 @@ __global__ void route_topk_kernel(const float* __restrict__ logits, int64_t logi
       beaten_by += __shfl_xor_sync(0xffffffffu, beaten_by, w, kRouteLanes);
     if (valid && sub == 0) {
       if (p != p) unordered = 1;
-      if (beaten_by < k) chosen[beaten_by] = static_cast<int32_t>(s0);
+      if (beaten_by < k) chosen[beaten_by] = s0;
     }
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (unordered) {
-    // No total order: the first k stored experts, each once.
-    for (int64_t j = 0; j < k; ++j) chosen[j] = static_cast<int32_t>(j);
-  }
+  if (tid >= k) return;
+  // No total order: the first k stored experts, each once.
+  const bool first_k = unordered != 0;
   float kept = 0.0f;
-  for (int64_t j = 0; j < k; ++j) kept += prob[chosen[j]];
-  for (int64_t j = 0; j < k; ++j) {
-    expert_index[r * k + j] = chosen[j];
-    weight[r * k + j] = norm_topk ? prob[chosen[j]] / kept : prob[chosen[j]];
-  }
+  for (int j = 0; j < k; ++j) kept += prob[first_k ? j : chosen[j]];
+  const int32_t mine = first_k ? tid : chosen[tid];
+  const int64_t at = static_cast<int64_t>(blockIdx.x) * k + tid;
+  expert_index[at] = mine;
+  weight[at] = norm_topk ? prob[mine] / kept : prob[mine];
 }
 
 // FromZero (expert_sum): the sum starts from `zero`, a 0.0f the compiler cannot fold away, so
@@ -1153,7 +1171,8 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
                 std::to_string(kMaxTopk) + " and at most the stored experts.");
   const size_t shared = static_cast<size_t>(n_stored) * (2 * sizeof(float) + sizeof(int32_t));
   launch(route_topk_kernel, static_cast<unsigned>(rows), kRouteThreads, shared, stream, logits,
-         logit_stride, logit_column, original_id, n_stored, k, norm_topk, expert_index, weight);
+         logit_stride, logit_column, original_id, static_cast<int>(n_stored), static_cast<int>(k),
+         norm_topk, expert_index, weight);
   check_launch("route_topk");
 }
 

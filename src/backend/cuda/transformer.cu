@@ -35,18 +35,23 @@ __device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, flo
 template <int PerThread>
 __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, int64_t dim,
                                 float eps, float* y) {
-  pdl_entry();
   __shared__ double scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
   double sum = 0.0;
   if constexpr (PerThread > 0) {
     float xv[PerThread], wv[PerThread];
+    // The weights before the wait for the kernel before (they are not its output), the row after.
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      wv[i] = d < dim ? bf16_to_f32(w[d]) : 0.0f;
+    }
+    pdl_entry();
 #pragma unroll
     for (int i = 0; i < PerThread; ++i) {
       const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
       xv[i] = d < dim ? xr[d] : 0.0f;
-      wv[i] = d < dim ? bf16_to_f32(w[d]) : 0.0f;
     }
 #pragma unroll
     for (int i = 0; i < PerThread; ++i)
@@ -59,6 +64,7 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
       if (d < dim) yr[d] = (xv[i] * inv) * wv[i];
     }
   } else {
+    pdl_entry();
     for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
       sum += static_cast<double>(xr[d]) * xr[d];
     const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
@@ -105,7 +111,6 @@ __global__ void qk_norm_rope_cache_kernel(float* q, float* k, const float* __res
                                           const int32_t* __restrict__ positions, double theta,
                                           const int32_t* __restrict__ kv_row, float* k_cache,
                                           float* v_cache) {
-  pdl_entry();
   __shared__ double scratch[32];
   __shared__ float normed[kMaxHeadDim];
   const int64_t h = blockIdx.x, r = blockIdx.y, d = threadIdx.x;
@@ -113,8 +118,9 @@ __global__ void qk_norm_rope_cache_kernel(float* q, float* k, const float* __res
   const int64_t kh = h - heads;  // the k head (is_q false)
   float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + kh) * head_dim;
   const uint16_t* w = is_q ? q_norm : k_norm;
+  const float wv = d < head_dim ? bf16_to_f32(w[d]) : 0.0f;  // a weight: before the wait
+  pdl_entry();
   const float xv = d < head_dim ? x[d] : 0.0f;
-  const float wv = d < head_dim ? bf16_to_f32(w[d]) : 0.0f;
   double sum = 0.0;
   if (d < head_dim) sum += static_cast<double>(xv) * xv;
   const float inv = inv_rms(block_sum(sum, scratch), head_dim, eps);
