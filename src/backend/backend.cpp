@@ -22,18 +22,38 @@ uint64_t weight_bytes(const LinearWeight& w) {
 }
 
 const std::vector<std::string>& Backend::kernel_names() {
-  static const std::vector<std::string> names = {
-      "copy_2d",          "fill",        "copy_rows",
-      "gather_ids",       "linear",      "linears",
-      "linear_add",       "dequantize",  "embed_sum",
-      "rms_norm",         "rope",        "qk_norm_rope_cache",
-      "attention",        "swiglu",      "add",
-      "sigmoid",          "route_topk",  "moe_experts",
-      "expert_combine",   "expert_sum",  "expert_sum_add",
-      "guidance_combine", "sample_rows", "conv1d",
-      "conv_transpose1d", "elu",         "gelu",
-      "layer_norm",       "scale_rows",  "vq_decode",
-      "vq_encode"};
+  static const std::vector<std::string> names = {"copy_2d",
+                                                 "fill",
+                                                 "copy_rows",
+                                                 "gather_ids",
+                                                 "linear",
+                                                 "linears",
+                                                 "linear_add",
+                                                 "dequantize",
+                                                 "embed_sum",
+                                                 "rms_norm",
+                                                 "rope",
+                                                 "qk_norm_rope_cache",
+                                                 "attention",
+                                                 "swiglu",
+                                                 "add",
+                                                 "sigmoid",
+                                                 "route_topk",
+                                                 "moe_experts",
+                                                 "expert_combine",
+                                                 "expert_sum",
+                                                 "expert_sum_add",
+                                                 "expert_sum_add_norm",
+                                                 "guidance_combine",
+                                                 "sample_rows",
+                                                 "conv1d",
+                                                 "conv_transpose1d",
+                                                 "elu",
+                                                 "gelu",
+                                                 "layer_norm",
+                                                 "scale_rows",
+                                                 "vq_decode",
+                                                 "vq_encode"};
   return names;
 }
 
@@ -79,6 +99,13 @@ void Backend::expert_sum_add(const float* expert_out, const float* weight, int64
                              int64_t dim, float* scratch, float* y) {
   expert_sum(expert_out, weight, rows, k, dim, scratch);
   add(scratch, rows * dim, y);
+}
+
+void Backend::expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
+                                  int64_t k, int64_t dim, float* scratch, float* y,
+                                  const uint16_t* norm_w, float eps, float* yn) {
+  expert_sum_add(expert_out, weight, rows, k, dim, scratch, y);
+  rms_norm(y, norm_w, rows, dim, eps, yn);
 }
 
 namespace {

@@ -229,6 +229,13 @@ class Backend {
   // leaves scratch unwritten).
   virtual void expert_sum_add(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                               int64_t dim, float* scratch, float* y);
+  // expert_sum_add, then yn = rms_norm(y, norm_w, eps) (the next layer's input norm): bitwise
+  // expert_sum_add(expert_out, weight, rows, k, dim, scratch, y) then rms_norm(y, norm_w, rows,
+  // dim, eps, yn) on the same backend (the default makes those two calls; a GPU adds and
+  // normalises each row in one launch). yn must not overlap y.
+  virtual void expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
+                                   int64_t k, int64_t dim, float* scratch, float* y,
+                                   const uint16_t* norm_w, float eps, float* yn);
 
   // --- guidance and sampling (spec section 6) ---
   // out[i, :] over n output rows of `vocab` logits as rows[i] says (GuidanceRow).

@@ -49,6 +49,7 @@ enum class Fault {
   NeighbourProductWeight,  // linears: the second product made with the first product's weight
   SumOnUnzeroedOutput,     // expert_sum: the sum added to what the output held
   ResidualLeftOut,         // linear_add, expert_sum_add: the result stored over y, not added
+  NormBeforeAdd,           // expert_sum_add_norm: yn normalises y as it was before the add
 };
 
 std::vector<KernelCase> linear_nvfp4_cases(uint64_t seed, Fault fault);
@@ -67,6 +68,7 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> expert_combine_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> expert_sum_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> expert_sum_add_cases(uint64_t seed, Fault fault);
+std::vector<KernelCase> expert_sum_add_norm_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> guidance_combine_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> sample_rows_cases(uint64_t seed, Fault fault);
 std::vector<KernelCase> non_finite_guard_cases(uint64_t seed, Fault fault);

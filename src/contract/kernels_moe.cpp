@@ -200,6 +200,104 @@ std::vector<KernelCase> expert_sum_add_cases(uint64_t seed, Fault fault) {
   return combine_cases(seed, fault, true, true);
 }
 
+// expert_sum_add_norm: expert_sum_add's y, then yn = rms_norm(y); a case's row is [y | yn]. y has
+// expert_sum_add's bound B_d. yn on the computed y: rms_norm's own rounding, relative
+// gamma_dim / 2 + 6u, plus y's error carried through the norm to first order: with
+// rms = sqrt(mean(y^2) + eps), |rms(y + dy) - rms(y)| <= |dy|_2 / sqrt(dim), so
+// |d yn_d| <= |w_d| (B_d + |y_d| |B|_2 / (sqrt(dim) rms)) / rms (times 1 + 2^-10 for the second
+// order). NMSE limit: expert_sum_add's plus rms_norm's (yn's carried error is, relative, y's).
+// Twin: float16 accumulation, its y normalised and rounded to float16. Planted fault: yn
+// normalises y as it was before the add (rms_norm, then expert_sum_add).
+std::vector<KernelCase> expert_sum_add_norm_cases(uint64_t seed, Fault fault) {
+  const int64_t shapes[][3] = {{3, 8, 2048}, {2, 4, 100}, {1, 2, 4500}};  // rows, k, dim
+  std::vector<KernelCase> cases;
+  for (size_t s = 0; s < std::size(shapes); ++s) {
+    Rng rng(seed * 53 + s);
+    const int64_t rows = shapes[s][0], k = shapes[s][1], dim = shapes[s][2];
+    auto e = std::make_shared<std::vector<float>>(rng.normals(rows * k * dim));
+    auto w = std::make_shared<std::vector<float>>(rows * k);
+    for (auto& x : *w) x = static_cast<float>(rng.uniform(0.05, 0.6));
+    auto y = std::make_shared<std::vector<float>>(rng.normals(rows * dim, 0.0, 3.0));
+    std::vector<float> nf = rng.normals(dim, 1.0, 0.2);
+    auto nw = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(nf));
+    const double eps = 1e-6, rel = gamma32(double(dim)) / 2 + 6 * kU32;
+    KernelCase c;
+    c.label =
+        "rows=" + std::to_string(rows) + " k=" + std::to_string(k) + " dim=" + std::to_string(dim);
+    c.rows = rows;
+    c.row_elems = 2 * dim;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> ref(dim), deg(dim), bound(dim);
+      double ss = 0, ss_deg = 0, bb = 0;
+      for (int64_t d = 0; d < dim; ++d) {
+        double sum = 0, mag = 0, dg = 0;
+        for (int64_t j = 0; j < k; ++j) {
+          const double p = double((*w)[r * k + j]) * (*e)[(r * k + j) * dim + d];
+          sum += p;
+          mag += std::fabs(p);
+          dg = to_f16(dg + to_f16(p));
+        }
+        const double y0 = (*y)[r * dim + d];
+        ref[d] = y0 + sum;
+        deg[d] = y0 + dg;
+        bound[d] = (1 + kU32) * gamma32(double(2 * k + 1)) * mag + kU32 * std::fabs(ref[d]);
+        ss += ref[d] * ref[d];
+        ss_deg += deg[d] * deg[d];
+        bb += bound[d] * bound[d];
+      }
+      const double rms = std::sqrt(ss / double(dim) + eps);
+      const double rms_deg = std::sqrt(ss_deg / double(dim) + eps);
+      const double drms = std::sqrt(bb) / std::sqrt(double(dim));
+      for (int64_t d = 0; d < dim; ++d) {
+        c.reference.push_back(ref[d]);
+        c.degraded.push_back(deg[d]);
+        c.atol.push_back(bound[d]);
+      }
+      for (int64_t d = 0; d < dim; ++d) {
+        const double wd = bf16_to_f32((*nw)[d]), yn = ref[d] / rms * wd;
+        c.reference.push_back(yn);
+        c.degraded.push_back(to_f16(deg[d] / rms_deg * wd));
+        const double carried =
+            std::fabs(wd) * (bound[d] + std::fabs(ref[d]) * drms / rms) / rms * (1 + 0x1.0p-10);
+        c.atol.push_back(carried + rel * std::fabs(yn));
+      }
+    }
+    c.nmse_limit = 32.0 * double(2 * k + 2) * kU32 * kU32 + rel * rel;
+    c.input_norms = {l2(*e), l2(*w), l2(*y), l2(nf)};
+    c.run = [e, w, y, nw, k, dim, eps, fault](Backend& b, int64_t r0, int64_t n, float* out) {
+      std::vector<float> y_out(y->begin() + r0 * dim, y->begin() + (r0 + n) * dim);
+      std::vector<float> yn_out(y_out.size(), std::numeric_limits<float>::quiet_NaN());
+      {
+        DeviceCopies d(b);
+        float* yd = d.output(y_out.data(), y_out.size());
+        float* ynd = d.output(yn_out.data(), yn_out.size());
+        auto scratch = b.alloc(static_cast<size_t>(n * dim) * sizeof(float));
+        const float* ed = d.in(*e) + r0 * k * dim;
+        std::vector<float> wt(w->begin() + r0 * k, w->begin() + (r0 + n) * k);
+        const float* wd = d.in(wt);
+        const uint16_t* nd = d.in(*nw);
+        if (fault == Fault::NormBeforeAdd) {
+          b.rms_norm(yd, nd, n, dim, static_cast<float>(eps), ynd);
+          b.expert_sum_add(ed, wd, n, k, dim, scratch->f32(), yd);
+        } else {
+          b.expert_sum_add_norm(ed, wd, n, k, dim, scratch->f32(), yd, nd, static_cast<float>(eps),
+                                ynd);
+        }
+        d.finish();
+      }
+      std::vector<float> host(static_cast<size_t>(n * 2 * dim));
+      for (int64_t r = 0; r < n; ++r) {
+        std::copy_n(&y_out[r * dim], dim, &host[r * 2 * dim]);
+        std::copy_n(&yn_out[r * dim], dim, &host[r * 2 * dim + dim]);
+      }
+      stage(b, out, host.data(), n * 2 * dim);
+      return true;
+    };
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
 // moe_experts: for each (row, rank) pair the expert's SwiGLU MLP, against float64 over the
 // dequantized expert weights. Bound, per element, first order in the products' errors (each
 // product as linear_*: (gamma_{k+2} + 2^-17) sum|x w|, the 2^-17 for the AVX-512 bfloat16
@@ -453,6 +551,22 @@ Limit small_kernel_limit(const char* kernel) {
           b.expert_sum(ed, wd, 2, 8, 2048, yd);
         else
           b.expert_combine(ed, wd, 2, 8, 2048, yd);
+        b.synchronize();
+      });
+    };
+  } else if (name == "expert_sum_add_norm") {
+    l.size = "rows=2 k=8 dim=2048";
+    l.bytes = 2.0 * 8 * 2048 * 4 + 2.0 * 2048 * 4 * 3;
+    l.time_call = [](Backend& b) {
+      Rng rng(9);
+      std::vector<float> e = rng.normals(2 * 8 * 2048), w = rng.normals(16), y(2 * 2048);
+      const std::vector<uint16_t> nw = to_bf16_vec(rng.normals(2048, 1.0, 0.2));
+      DeviceCopies d(b);
+      const float *ed = d.in(e), *wd = d.in(w);
+      const uint16_t* nd = d.in(nw);
+      float *yd = d.in(y), *scratch = d.in(y), *ynd = d.in(y);
+      return median_seconds(21, [&] {
+        b.expert_sum_add_norm(ed, wd, 2, 8, 2048, scratch, yd, nd, 1e-6f, ynd);
         b.synchronize();
       });
     };

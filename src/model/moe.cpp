@@ -57,7 +57,7 @@ void MoeBlock::reserve(Workspace& ws, int64_t rows, int64_t hidden) const {
 }
 
 void MoeBlock::forward(Workspace& ws, const float* xn, int64_t rows, int64_t hidden, float* out,
-                       float* residual) {
+                       float* residual, const uint16_t* next_norm, float eps, float* next_xn) {
   Backend& be = ws.backend();
   const int64_t H = hidden, R = w_.router.out, k = k_, S = slots();
   const int64_t n_stored = static_cast<int64_t>(experts_.size());
@@ -89,7 +89,11 @@ void MoeBlock::forward(Workspace& ws, const float* xn, int64_t rows, int64_t hid
     be.copy_2d(cw + k, S, g, 1, 1, rows, 1);
     combine_weight = cw;
   }
-  be.expert_sum_add(expert_out, combine_weight, rows, S, H, out, residual);
+  if (next_norm)
+    be.expert_sum_add_norm(expert_out, combine_weight, rows, S, H, out, residual, next_norm, eps,
+                           next_xn);
+  else
+    be.expert_sum_add(expert_out, combine_weight, rows, S, H, out, residual);
 }
 
 }  // namespace drama

@@ -21,8 +21,11 @@ class MoeBlock {
   MoeBlock(Backend& backend, const MoeWeights& weights, const MoeConfig& config);
 
   // residual [rows, H] += MoE(xn [rows, H]) (Backend::expert_sum_add; out [rows, H] its scratch).
+  // With `next_norm`, also next_xn = rms_norm(residual, next_norm, eps) after the add (the next
+  // layer's input norm, Backend::expert_sum_add_norm); next_xn may be xn (read before it).
   void forward(Workspace& ws, const float* xn, int64_t rows, int64_t hidden, float* out,
-               float* residual);
+               float* residual, const uint16_t* next_norm = nullptr, float eps = 0.0f,
+               float* next_xn = nullptr);
   // Reserves the workspace for calls of up to `rows` rows.
   void reserve(Workspace& ws, int64_t rows, int64_t hidden) const;
 

@@ -40,7 +40,8 @@ RowTables HostRowTables::upload(Workspace& ws) const {
 }
 
 void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWeights& w,
-                        int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache) {
+                        int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache,
+                        bool normed) {
   Backend& be = ws.backend();
   const int64_t H = s.hidden, qd = s.q_dim(), kvd = s.kv_dim();
   float* xn = ws.f32(Buf::kNormed, rows * H);
@@ -50,7 +51,7 @@ void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWei
   float* att = ws.f32(Buf::kAttnOut, rows * qd);
   float* proj = ws.f32(Buf::kProj, rows * H);
 
-  be.rms_norm(x, w.input_norm, rows, H, s.eps, xn);
+  if (!normed) be.rms_norm(x, w.input_norm, rows, H, s.eps, xn);
   ws.linears({{&w.attn.q, q}, {&w.attn.k, k}, {&w.attn.v, v}}, xn, rows);
   // QK-norm (an RMS norm over each head's head_dim values), rotary, and k and v into the cache.
   be.qk_norm_rope_cache(q, k, v, rows, s.heads, s.kv_heads, s.head_dim, w.attn.q_norm,
@@ -91,16 +92,22 @@ void LayerStack::forward(Workspace& ws, float* x, int64_t rows, const RowTables&
   if (rows <= 0) return;
   Backend& be = ws.backend();
   const int64_t H = shape_.hidden;
+  bool normed = false;  // Buf::kNormed holds the next layer's input norm of x
   for (int64_t l = 0; l < num_layers(); ++l) {
     const LayerWeights& w = layers_[l];
-    attention_sublayer(ws, shape_, w, l, x, rows, t, cache);
+    attention_sublayer(ws, shape_, w, l, x, rows, t, cache, normed);
     float* xn = ws.f32(Buf::kNormed, rows * H);
     float* out = ws.f32(Buf::kMlpOut, rows * H);
     be.rms_norm(x, w.post_attn_norm, rows, H, shape_.eps, xn);
-    if (moe_[l])
-      moe_[l]->forward(ws, xn, rows, H, out, x);
-    else
+    // A MoE block's residual add also writes the next layer's input norm (one launch on a GPU).
+    const uint16_t* next_norm = l + 1 < num_layers() ? layers_[l + 1].input_norm : nullptr;
+    if (moe_[l]) {
+      moe_[l]->forward(ws, xn, rows, H, out, x, next_norm, shape_.eps, xn);
+      normed = next_norm != nullptr;
+    } else {
       swiglu_mlp(ws, w.mlp, xn, rows, out, Buf::kGate, Buf::kUp, Buf::kAct, x);
+      normed = false;
+    }
   }
 }
 

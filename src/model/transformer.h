@@ -48,9 +48,12 @@ struct HostRowTables {
 };
 
 // x += o_proj(attention(qk_norm_rope(q/k/v_proj(rms_norm(x))))) for layer `layer`; writes every
-// row's key and value into `cache` at its kv_row first.
+// row's key and value into `cache` at its kv_row first. `normed`: the workspace's Buf::kNormed
+// already holds rms_norm(x) with the layer's input norm (the layer before wrote it with its
+// residual add), so it is not computed again.
 void attention_sublayer(Workspace& ws, const TransformerShape& s, const LayerWeights& w,
-                        int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache);
+                        int64_t layer, float* x, int64_t rows, const RowTables& t, KvPool& cache,
+                        bool normed = false);
 
 // out = down(silu(gate(xn)) * up(xn)) over rows; with `residual`, residual += that instead
 // (Backend::linear_add, out its scratch).

@@ -567,6 +567,70 @@ TEST(CudaFusedKernels, ExpertSumAndSumAddEqualTheirDefaultsBitwise) {
   EXPECT_EQ(checked, 4 * 5 * 3);
 }
 
+// expert_sum_add_norm in one launch gives bitwise Backend's default (expert_sum_add, then rms_norm
+// of the new y) on CUDA: y and yn, at dims of both register layouts and the general one (2048,
+// 2049, 4500) and a short one, rows 1 to 64, k 1, 8 and 9; its scratch stays unwritten.
+TEST(CudaFusedKernels, ExpertSumAddNormEqualsSumAddThenNormBitwise) {
+  REQUIRE_CUDA(cuda);
+  Backend& b = *cuda;
+  std::mt19937 gen(29);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  auto dev = [&](const void* h, size_t bytes) {
+    auto d = b.alloc(std::max<size_t>(bytes, 4));
+    b.upload(d->data(), h, bytes);
+    return d;
+  };
+  int checked = 0;
+  for (const int64_t dim : {2048, 2049, 4500, 33})
+    for (const int64_t rows : {1, 2, 3, 8, 64})
+      for (const int64_t k : {1, 8, 9}) {
+        std::vector<float> e(static_cast<size_t>(rows * k * dim)),
+            wt(static_cast<size_t>(rows * k));
+        for (auto& v : e) v = normal(gen);
+        for (auto& v : wt) v = std::fabs(normal(gen)) * 0.1f;
+        std::vector<float> residual(static_cast<size_t>(rows * dim));
+        for (auto& v : residual) v = normal(gen) * 10.0f;
+        std::vector<uint16_t> nw(static_cast<size_t>(dim));
+        for (auto& v : nw) v = f32_to_bf16(1.0f + 0.2f * normal(gen));
+        auto ed = dev(e.data(), e.size() * 4), wtd = dev(wt.data(), wt.size() * 4),
+             nd = dev(nw.data(), nw.size() * 2);
+        std::vector<float> y[2], yn[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          auto rd = dev(residual.data(), residual.size() * 4),
+               scratch = b.alloc(residual.size() * 4), ynd = b.alloc(residual.size() * 4);
+          poison(b, scratch->f32(), rows * dim);
+          poison(b, ynd->f32(), rows * dim);
+          const auto* n16 = static_cast<const uint16_t*>(nd->data());
+          if (fused)
+            b.expert_sum_add_norm(ed->f32(), wtd->f32(), rows, k, dim, scratch->f32(), rd->f32(),
+                                  n16, 1e-6f, ynd->f32());
+          else
+            b.Backend::expert_sum_add_norm(ed->f32(), wtd->f32(), rows, k, dim, scratch->f32(),
+                                           rd->f32(), n16, 1e-6f, ynd->f32());
+          y[fused].resize(residual.size());
+          yn[fused].resize(residual.size());
+          b.download(y[fused].data(), rd->data(), residual.size() * 4);
+          b.download(yn[fused].data(), ynd->data(), residual.size() * 4);
+          if (fused) {
+            std::vector<uint32_t> h(residual.size());
+            b.download(h.data(), scratch->data(), h.size() * 4);
+            EXPECT_TRUE(
+                std::all_of(h.begin(), h.end(), [](uint32_t v) { return v == 0xffffffffu; }))
+                << "expert_sum_add_norm wrote its scratch, k " << k << " dim " << dim;
+          }
+        }
+        const std::string where = "k " + std::to_string(k) + " dim " + std::to_string(dim) +
+                                  " rows " + std::to_string(rows);
+        EXPECT_TRUE(std::all_of(yn[1].begin(), yn[1].end(), [](float v) {
+          return std::isfinite(v);
+        })) << where;
+        EXPECT_EQ(std::memcmp(y[0].data(), y[1].data(), y[0].size() * 4), 0) << "y " << where;
+        EXPECT_EQ(std::memcmp(yn[0].data(), yn[1].data(), yn[0].size() * 4), 0) << "yn " << where;
+        ++checked;
+      }
+  EXPECT_EQ(checked, 4 * 5 * 3);
+}
+
 // route_topk takes two paths (backend/cuda/moe.cu): stored experts in increasing original id skip
 // the count behind the id rank, others count it. The same experts stored in a shuffled order (their
 // logit columns and ids permuted together) must choose the same original ids in the same ranks with
@@ -584,13 +648,14 @@ TEST(CudaRouting, StoredOrderChangesNothingBitwise) {
       for (const int64_t k : {8, 1})
         for (const bool norm : {true, false}) {
           const int64_t width = 128;  // logit columns a row (the unpruned router's outputs)
-          std::vector<int32_t> id;  // the kept original ids, increasing
+          std::vector<int32_t> id;    // the kept original ids, increasing
           for (int32_t e = 0; id.size() < static_cast<size_t>(experts_kept); ++e)
             if (experts_kept == width || e % 3 != 2) id.push_back(e);
           std::vector<float> logits(static_cast<size_t>(rows * width));
           for (auto& v : logits) v = normal(gen);
           if (rows > 1)  // exact ties across row 1
-            for (int64_t c = 0; c < width; ++c) logits[width + c] = static_cast<float>(c % 3) * 0.5f;
+            for (int64_t c = 0; c < width; ++c)
+              logits[width + c] = static_cast<float>(c % 3) * 0.5f;
           logits[static_cast<size_t>(id[5])] = 4.0015f;  // a near-tie on top of row 0
           logits[static_cast<size_t>(id[9])] = 4.0014f;
           std::vector<int32_t> order(id.size());

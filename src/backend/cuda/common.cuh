@@ -152,6 +152,15 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   w = warp_sum(w);
   return w;
 }
+// The threads of a block that normalises one row as rms_norm does (rms_norm_kernel and the kernels
+// that give its bits: block_sum's tree depends on the block's warps).
+constexpr int kRowNormThreads = 256;
+// rms_norm's 1 / sqrt(mean + eps) from a row's float64 sum of squares (every kernel that
+// normalises a row as rms_norm does uses this).
+__device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, float eps) {
+  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
+  return 1.0f / sqrtf(mean + eps);
+}
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   v = warp_max(v);

@@ -86,6 +86,9 @@ class CudaBackend final : public Backend {
                   int64_t dim, float* y) override;
   void expert_sum_add(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                       int64_t dim, float* scratch, float* y) override;
+  void expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows, int64_t k,
+                           int64_t dim, float* scratch, float* y, const uint16_t* norm_w, float eps,
+                           float* yn) override;
   // The routed experts of a layer on the device (moe.cuh); `experts` is a host array of
   // n_stored resident weights, uploaded once as a device table per array.
   void prepare_experts(const ExpertWeights* experts, int64_t n_stored) override;

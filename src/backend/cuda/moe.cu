@@ -160,6 +160,68 @@ __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
   y[t] = AddToY ? y[t] + acc : acc;
 }
 
+// expert_sum_add then rms_norm in one launch (expert_sum_add_norm): one block of 256 threads a
+// row, thread t owning elements d = t + i * 256 as rms_norm_kernel assigns them (transformer.cu).
+// Each element's sum is expert_combine_kernel's with FromZero and AddToY (from `zero`, the k terms
+// in rank order, then y + sum), so y gets expert_sum_add's bits; the new row is then squared in
+// float64 in increasing d per thread, summed by block_sum's tree and applied as (y * inv) * w, so
+// yn gets rms_norm's bits from those values. PerThread > 0: dim <= PerThread * 256, the new values
+// kept in registers; 0: any dim, y read back (each thread its own elements). The norm's weights
+// are loaded before the wait for the kernel before.
+template <int PerThread>
+__global__ void expert_sum_add_norm_kernel(const float* __restrict__ expert_out,
+                                           const float* __restrict__ weight, int64_t k, int64_t dim,
+                                           float* y, const uint16_t* __restrict__ w, float eps,
+                                           float* yn, float zero) {
+  __shared__ double scratch[32];
+  const int64_t r = blockIdx.x;
+  float* yr = y + r * dim;
+  float* ynr = yn + r * dim;
+  const float* wt = weight + r * k;
+  const float* e = expert_out + r * k * dim;
+  auto sum_at = [&](int64_t d) {
+    float acc = zero;
+    for (int64_t j = 0; j < k; ++j) acc += wt[j] * e[j * dim + d];
+    return yr[d] + acc;
+  };
+  double sq = 0.0;
+  if constexpr (PerThread > 0) {
+    float wv[PerThread], v[PerThread];
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      wv[i] = d < dim ? bf16_to_f32(w[d]) : 0.0f;
+    }
+    pdl_entry();
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      v[i] = d < dim ? sum_at(d) : 0.0f;
+      if (d < dim) yr[d] = v[i];
+    }
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i)
+      if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
+        sq += static_cast<double>(v[i]) * v[i];
+    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (d < dim) ynr[d] = (v[i] * inv) * wv[i];
+    }
+  } else {
+    pdl_entry();
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+      const float v = sum_at(d);
+      yr[d] = v;
+      sq += static_cast<double>(v) * v;
+    }
+    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
+    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+      ynr[d] = (yr[d] * inv) * bf16_to_f32(w[d]);
+  }
+}
+
 constexpr int kExpertWarps = 8;  // output columns per block of the expert kernels
 
 // Workspace layout (int32 words first, then floats): order[pairs], start[n_stored + 1],
@@ -1189,6 +1251,23 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
                                               : "expert_combine");
 }
 
+void launch_expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
+                                int64_t k, int64_t dim, float* y, const uint16_t* norm_w, float eps,
+                                float* yn, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (dim <= 8 * kRowNormThreads)
+    launch(expert_sum_add_norm_kernel<8>, grid, kRowNormThreads, 0, stream, expert_out, weight, k,
+           dim, y, norm_w, eps, yn, 0.0f);
+  else if (dim <= 16 * kRowNormThreads)
+    launch(expert_sum_add_norm_kernel<16>, grid, kRowNormThreads, 0, stream, expert_out, weight, k,
+           dim, y, norm_w, eps, yn, 0.0f);
+  else
+    launch(expert_sum_add_norm_kernel<0>, grid, kRowNormThreads, 0, stream, expert_out, weight, k,
+           dim, y, norm_w, eps, yn, 0.0f);
+  check_launch("expert_sum_add_norm");
+}
+
 bool set_split_ahead_flag(bool on) {
   return g_split_ahead.exchange(on, std::memory_order_relaxed);
 }
@@ -1500,6 +1579,12 @@ void CudaBackend::expert_sum(const float* expert_out, const float* weight, int64
 void CudaBackend::expert_sum_add(const float* expert_out, const float* weight, int64_t rows,
                                  int64_t k, int64_t dim, float* /*scratch*/, float* y) {
   launch_expert_combine(expert_out, weight, rows, k, dim, y, stream_, CombineMode::kSumAdd);
+}
+
+void CudaBackend::expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
+                                      int64_t k, int64_t dim, float* /*scratch*/, float* y,
+                                      const uint16_t* norm_w, float eps, float* yn) {
+  launch_expert_sum_add_norm(expert_out, weight, rows, k, dim, y, norm_w, eps, yn, stream_);
 }
 
 }  // namespace drama::cuda

@@ -27,11 +27,6 @@ __global__ void embed_sum_kernel(const uint16_t* __restrict__ table, int64_t dim
 // d, then block_sum's fixed tree. PerThread > 0: dim <= PerThread * blockDim, and the row and the
 // weights are loaded once, before the reduction, into registers (one memory round trip instead
 // of two; the same operations on the same values); PerThread = 0: any dim, read twice.
-__device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, float eps) {
-  const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
-  return 1.0f / sqrtf(mean + eps);
-}
-
 template <int PerThread>
 __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, int64_t dim,
                                 float eps, float* y) {
@@ -183,12 +178,12 @@ void launch_rms_norm(const float* x, const uint16_t* w, int64_t rows, int64_t di
                      float* y, cudaStream_t stream) {
   if (rows <= 0) return;
   const unsigned grid = static_cast<unsigned>(rows);
-  if (dim <= 8 * kThreads)
-    launch(rms_norm_kernel<8>, grid, kThreads, 0, stream, x, w, dim, eps, y);
-  else if (dim <= 16 * kThreads)
-    launch(rms_norm_kernel<16>, grid, kThreads, 0, stream, x, w, dim, eps, y);
+  if (dim <= 8 * kRowNormThreads)
+    launch(rms_norm_kernel<8>, grid, kRowNormThreads, 0, stream, x, w, dim, eps, y);
+  else if (dim <= 16 * kRowNormThreads)
+    launch(rms_norm_kernel<16>, grid, kRowNormThreads, 0, stream, x, w, dim, eps, y);
   else
-    launch(rms_norm_kernel<0>, grid, kThreads, 0, stream, x, w, dim, eps, y);
+    launch(rms_norm_kernel<0>, grid, kRowNormThreads, 0, stream, x, w, dim, eps, y);
   check_launch("rms_norm");
 }
 
