@@ -44,19 +44,6 @@ __device__ void merge_splits(const float* pt, int64_t head_dim, int used, float*
   }
 }
 
-// Whether this block is the last of the `used` blocks counting on `counter` (each has written
-// its partials before the call: the fence makes them visible first); the one that is reads them
-// after a second fence. Every thread of the block calls it and gets the same answer.
-__device__ bool last_to_finish(unsigned* counter, int used) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(used - 1);
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // Split s of (row, head) t takes the chunks c = s, s + kSplits, ... of kChunk positions of the
 // row's span (from its window's first position), in increasing c, with a running maximum m,
 // exp-sum l and value sums acc. Per chunk:

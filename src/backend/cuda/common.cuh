@@ -152,6 +152,20 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   w = warp_sum(w);
   return w;
 }
+// Whether this block is the last of the `used` blocks counting on `counter` (each has written
+// its outputs before the call: the fence makes them visible first); the one that is reads them
+// after a second fence (with loads that skip L1: __ldcg). Every thread of the block calls it and
+// gets the same answer.
+__device__ inline bool last_to_finish(unsigned* counter, int used) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == static_cast<unsigned>(used - 1);
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // The threads of a block that normalises one row as rms_norm does (rms_norm_kernel and the kernels
 // that give its bits: block_sum's tree depends on the block's warps).
 constexpr int kRowNormThreads = 256;

@@ -160,66 +160,40 @@ __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
   y[t] = AddToY ? y[t] + acc : acc;
 }
 
-// expert_sum_add then rms_norm in one launch (expert_sum_add_norm): one block of 256 threads a
-// row, thread t owning elements d = t + i * 256 as rms_norm_kernel assigns them (transformer.cu).
-// Each element's sum is expert_combine_kernel's with FromZero and AddToY (from `zero`, the k terms
-// in rank order, then y + sum), so y gets expert_sum_add's bits; the new row is then squared in
-// float64 in increasing d per thread, summed by block_sum's tree and applied as (y * inv) * w, so
-// yn gets rms_norm's bits from those values. PerThread > 0: dim <= PerThread * 256, the new values
-// kept in registers; 0: any dim, y read back (each thread its own elements). The norm's weights
-// are loaded before the wait for the kernel before.
-template <int PerThread>
+// expert_sum_add then rms_norm in one launch (expert_sum_add_norm). The sums stay spread as
+// expert_combine_kernel spreads them: block (b, r) of kRowNormThreads threads takes elements
+// b * kRowNormThreads + t of row r, each element's sum expert_combine_kernel's with FromZero and
+// AddToY (from `zero`, the k terms in rank order, then y + sum), so y gets expert_sum_add's bits.
+// The last of a row's blocks to finish (last_to_finish on the row's counter, set back to 0 after)
+// then normalises the row as rms_norm_kernel does: thread t squares elements t, t + 256, ... in
+// float64 in increasing order (read back past L1), block_sum's tree, inv_rms, (y * inv) * w, so yn
+// gets rms_norm's bits. One launch where there were two, and no row's sums on one SM (a row's
+// add and norm in one block a row measured slower on 2026-12-06: docs/cuda-backend.md, "Fewer
+// launches, measured slower").
 __global__ void expert_sum_add_norm_kernel(const float* __restrict__ expert_out,
                                            const float* __restrict__ weight, int64_t k, int64_t dim,
                                            float* y, const uint16_t* __restrict__ w, float eps,
-                                           float* yn, float zero) {
+                                           float* yn, unsigned* __restrict__ counters, float zero) {
   __shared__ double scratch[32];
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.y;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   float* yr = y + r * dim;
-  float* ynr = yn + r * dim;
-  const float* wt = weight + r * k;
-  const float* e = expert_out + r * k * dim;
-  auto sum_at = [&](int64_t d) {
+  pdl_entry();
+  if (d < dim) {
     float acc = zero;
-    for (int64_t j = 0; j < k; ++j) acc += wt[j] * e[j * dim + d];
-    return yr[d] + acc;
-  };
-  double sq = 0.0;
-  if constexpr (PerThread > 0) {
-    float wv[PerThread], v[PerThread];
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      wv[i] = d < dim ? bf16_to_f32(w[d]) : 0.0f;
-    }
-    pdl_entry();
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      v[i] = d < dim ? sum_at(d) : 0.0f;
-      if (d < dim) yr[d] = v[i];
-    }
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i)
-      if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
-        sq += static_cast<double>(v[i]) * v[i];
-    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (d < dim) ynr[d] = (v[i] * inv) * wv[i];
-    }
-  } else {
-    pdl_entry();
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-      const float v = sum_at(d);
-      yr[d] = v;
-      sq += static_cast<double>(v) * v;
-    }
-    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
-      ynr[d] = (yr[d] * inv) * bf16_to_f32(w[d]);
+    for (int64_t j = 0; j < k; ++j) acc += weight[r * k + j] * expert_out[(r * k + j) * dim + d];
+    yr[d] = yr[d] + acc;
   }
+  if (!last_to_finish(counters + r, static_cast<int>(gridDim.x))) return;
+  if (threadIdx.x == 0) counters[r] = 0;
+  double sq = 0.0;
+  for (int64_t e = threadIdx.x; e < dim; e += blockDim.x) {
+    const float v = __ldcg(yr + e);
+    sq += static_cast<double>(v) * v;
+  }
+  const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
+  for (int64_t e = threadIdx.x; e < dim; e += blockDim.x)
+    yn[r * dim + e] = (__ldcg(yr + e) * inv) * bf16_to_f32(w[e]);
 }
 
 constexpr int kExpertWarps = 8;  // output columns per block of the expert kernels
@@ -1253,18 +1227,12 @@ void launch_expert_combine(const float* expert_out, const float* weight, int64_t
 
 void launch_expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
                                 int64_t k, int64_t dim, float* y, const uint16_t* norm_w, float eps,
-                                float* yn, cudaStream_t stream) {
+                                float* yn, unsigned* counters, cudaStream_t stream) {
   if (rows <= 0 || dim <= 0) return;
-  const unsigned grid = static_cast<unsigned>(rows);
-  if (dim <= 8 * kRowNormThreads)
-    launch(expert_sum_add_norm_kernel<8>, grid, kRowNormThreads, 0, stream, expert_out, weight, k,
-           dim, y, norm_w, eps, yn, 0.0f);
-  else if (dim <= 16 * kRowNormThreads)
-    launch(expert_sum_add_norm_kernel<16>, grid, kRowNormThreads, 0, stream, expert_out, weight, k,
-           dim, y, norm_w, eps, yn, 0.0f);
-  else
-    launch(expert_sum_add_norm_kernel<0>, grid, kRowNormThreads, 0, stream, expert_out, weight, k,
-           dim, y, norm_w, eps, yn, 0.0f);
+  const dim3 grid(static_cast<unsigned>((dim + kRowNormThreads - 1) / kRowNormThreads),
+                  static_cast<unsigned>(rows));
+  launch(expert_sum_add_norm_kernel, grid, kRowNormThreads, 0, stream, expert_out, weight, k, dim,
+         y, norm_w, eps, yn, counters, 0.0f);
   check_launch("expert_sum_add_norm");
 }
 
@@ -1584,7 +1552,8 @@ void CudaBackend::expert_sum_add(const float* expert_out, const float* weight, i
 void CudaBackend::expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
                                       int64_t k, int64_t dim, float* /*scratch*/, float* y,
                                       const uint16_t* norm_w, float eps, float* yn) {
-  launch_expert_sum_add_norm(expert_out, weight, rows, k, dim, y, norm_w, eps, yn, stream_);
+  launch_expert_sum_add_norm(expert_out, weight, rows, k, dim, y, norm_w, eps, yn,
+                             counters(static_cast<size_t>(rows)), stream_);
 }
 
 }  // namespace drama::cuda

@@ -62,9 +62,10 @@ void launch_route_topk(const float* logits, int64_t rows, int64_t logit_stride,
 enum class CombineMode { kCombine, kSum, kSumAdd };
 void launch_expert_combine(const float* expert_out, const float* weight, int64_t rows, int64_t k,
                            int64_t dim, float* y, cudaStream_t stream, CombineMode mode);
-// expert_sum_add then rms_norm of the new y into yn, in one launch (Backend::expert_sum_add_norm).
+// expert_sum_add then rms_norm of the new y into yn, in one launch (Backend::expert_sum_add_norm);
+// counters: `rows` zeroed counters (CudaBackend::counters), left zeroed.
 void launch_expert_sum_add_norm(const float* expert_out, const float* weight, int64_t rows,
                                 int64_t k, int64_t dim, float* y, const uint16_t* norm_w, float eps,
-                                float* yn, cudaStream_t stream);
+                                float* yn, unsigned* counters, cudaStream_t stream);
 
 }  // namespace drama::cuda
