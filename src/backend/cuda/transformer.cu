@@ -71,14 +71,27 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
 
 // Rotary of the pair (a, b) = (v[i], v[i + half]) at `position`: the angle in float64 (as
 // tools/reference), applied in float32. rope_kernel and qk_norm_rope_cache_kernel both rotate
-// through this one function, so their bits agree.
-__device__ __forceinline__ void rope_pair(float a, float b, int32_t position, int64_t i,
-                                          int64_t head_dim, double theta, float& ya, float& yb) {
-  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+// through these functions, so their bits agree: the frequency (from the shapes alone, so a kernel
+// may compute it before waiting for its inputs), its cosine and sine at a position, the rotation.
+__device__ __forceinline__ double rope_inv_freq(int64_t i, int64_t head_dim, double theta) {
+  return pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+}
+__device__ __forceinline__ void rope_cos_sin(int32_t position, double inv_freq, float& c,
+                                             float& s) {
   const double angle = static_cast<double>(position) * inv_freq;
-  const float c = static_cast<float>(cos(angle)), s = static_cast<float>(sin(angle));
+  c = static_cast<float>(cos(angle));
+  s = static_cast<float>(sin(angle));
+}
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float& ya,
+                                            float& yb) {
   ya = a * c - b * s;
   yb = b * c + a * s;
+}
+__device__ __forceinline__ void rope_pair(float a, float b, int32_t position, int64_t i,
+                                          int64_t head_dim, double theta, float& ya, float& yb) {
+  float c, s;
+  rope_cos_sin(position, rope_inv_freq(i, head_dim, theta), c, s);
+  rope_rotate(a, b, c, s, ya, yb);
 }
 
 // One thread per (row, frequency i, head): the pair (i, i + half).
@@ -97,7 +110,10 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t heads, int64_t head_
 // k's; thread d holds element d. The RMS norm is rms_norm_kernel's: the square in float64 per
 // element, block_sum's fixed tree (a block of head_dim threads rounded up to a warp gives the
 // same tree as rms_norm's 256 threads, whose extra threads add zeros), inv_rms, (x * inv) * w;
-// the rotary is rope_pair; a k head's rotated values and its v head go into the caches.
+// the rotary is rope_pair's; a k head's rotated values and its v head go into the caches. The
+// norm's weight and the rotary's frequency are computed before the wait for the kernel before (they
+// depend on no kernel's output); after it every load is issued at once (the head, its position,
+// the cache row, the v head), and the cosine and sine are computed before the norm's reduction.
 constexpr int kMaxHeadDim = 1024;
 __global__ void qk_norm_rope_cache_kernel(float* q, float* k, const float* __restrict__ v,
                                           int64_t heads, int64_t kv_heads, int64_t head_dim,
@@ -113,29 +129,33 @@ __global__ void qk_norm_rope_cache_kernel(float* q, float* k, const float* __res
   const int64_t kh = h - heads;  // the k head (is_q false)
   float* x = is_q ? q + (r * heads + h) * head_dim : k + (r * kv_heads + kh) * head_dim;
   const uint16_t* w = is_q ? q_norm : k_norm;
-  const float wv = d < head_dim ? bf16_to_f32(w[d]) : 0.0f;  // a weight: before the wait
+  const int64_t half = head_dim / 2, kvd = kv_heads * head_dim;
+  const float wv = d < head_dim ? bf16_to_f32(w[d]) : 0.0f;
+  const double inv_freq = d < half ? rope_inv_freq(d, head_dim, theta) : 0.0;
   pdl_entry();
   const float xv = d < head_dim ? x[d] : 0.0f;
+  const int32_t position = positions[r];
+  const int64_t cache_row = is_q ? 0 : kv_row[r];
+  const float vv = !is_q && d < head_dim ? v[(r * kv_heads + kh) * head_dim + d] : 0.0f;
+  float c = 0.0f, s = 0.0f;
+  if (d < half) rope_cos_sin(position, inv_freq, c, s);
   double sum = 0.0;
   if (d < head_dim) sum += static_cast<double>(xv) * xv;
   const float inv = inv_rms(block_sum(sum, scratch), head_dim, eps);
   if (d < head_dim) normed[d] = (xv * inv) * wv;
   __syncthreads();
-  const int64_t half = head_dim / 2, kvd = kv_heads * head_dim;
   if (d < half) {
     float ya, yb;
-    rope_pair(normed[d], normed[d + half], positions[r], d, head_dim, theta, ya, yb);
+    rope_rotate(normed[d], normed[d + half], c, s, ya, yb);
     x[d] = ya;
     x[d + half] = yb;
     if (!is_q) {
-      float* kc = k_cache + static_cast<int64_t>(kv_row[r]) * kvd + kh * head_dim;
+      float* kc = k_cache + cache_row * kvd + kh * head_dim;
       kc[d] = ya;
       kc[d + half] = yb;
     }
   }
-  if (!is_q && d < head_dim)
-    v_cache[static_cast<int64_t>(kv_row[r]) * kvd + kh * head_dim + d] =
-        v[(r * kv_heads + kh) * head_dim + d];
+  if (!is_q && d < head_dim) v_cache[cache_row * kvd + kh * head_dim + d] = vv;
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
