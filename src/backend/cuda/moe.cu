@@ -166,10 +166,12 @@ __global__ void expert_combine_kernel(const float* __restrict__ expert_out,
 // AddToY (from `zero`, the k terms in rank order, then y + sum), so y gets expert_sum_add's bits.
 // The last of a row's blocks to finish (last_to_finish on the row's counter, set back to 0 after)
 // then normalises the row as rms_norm_kernel does: thread t squares elements t, t + 256, ... in
-// float64 in increasing order (read back past L1), block_sum's tree, inv_rms, (y * inv) * w, so yn
-// gets rms_norm's bits. One launch where there were two, and no row's sums on one SM (a row's
+// float64 in increasing order (read back past L1; PerThread > 0: with the weights, at once, into
+// registers, as rms_norm_kernel<PerThread>), block_sum's tree, inv_rms, (y * inv) * w, so yn gets
+// rms_norm's bits. One launch where there were two, and no row's sums on one SM (a row's
 // add and norm in one block a row measured slower on 2026-12-06: docs/cuda-backend.md, "Fewer
 // launches, measured slower").
+template <int PerThread>
 __global__ void expert_sum_add_norm_kernel(const float* __restrict__ expert_out,
                                            const float* __restrict__ weight, int64_t k, int64_t dim,
                                            float* y, const uint16_t* __restrict__ w, float eps,
@@ -187,13 +189,35 @@ __global__ void expert_sum_add_norm_kernel(const float* __restrict__ expert_out,
   if (!last_to_finish(counters + r, static_cast<int>(gridDim.x))) return;
   if (threadIdx.x == 0) counters[r] = 0;
   double sq = 0.0;
-  for (int64_t e = threadIdx.x; e < dim; e += blockDim.x) {
-    const float v = __ldcg(yr + e);
-    sq += static_cast<double>(v) * v;
+  float* ynr = yn + r * dim;
+  if constexpr (PerThread > 0) {
+    // dim <= PerThread * blockDim: the row and the weights loaded at once, into registers.
+    float v[PerThread], wv[PerThread];
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      v[i] = e < dim ? __ldcg(yr + e) : 0.0f;
+      wv[i] = e < dim ? bf16_to_f32(w[e]) : 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i)
+      if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
+        sq += static_cast<double>(v[i]) * v[i];
+    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
+#pragma unroll
+    for (int i = 0; i < PerThread; ++i) {
+      const int64_t e = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+      if (e < dim) ynr[e] = (v[i] * inv) * wv[i];
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < dim; e += blockDim.x) {
+      const float v = __ldcg(yr + e);
+      sq += static_cast<double>(v) * v;
+    }
+    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
+    for (int64_t e = threadIdx.x; e < dim; e += blockDim.x)
+      ynr[e] = (__ldcg(yr + e) * inv) * bf16_to_f32(w[e]);
   }
-  const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
-  for (int64_t e = threadIdx.x; e < dim; e += blockDim.x)
-    yn[r * dim + e] = (__ldcg(yr + e) * inv) * bf16_to_f32(w[e]);
 }
 
 constexpr int kExpertWarps = 8;  // output columns per block of the expert kernels
@@ -1231,8 +1255,11 @@ void launch_expert_sum_add_norm(const float* expert_out, const float* weight, in
   if (rows <= 0 || dim <= 0) return;
   const dim3 grid(static_cast<unsigned>((dim + kRowNormThreads - 1) / kRowNormThreads),
                   static_cast<unsigned>(rows));
-  launch(expert_sum_add_norm_kernel, grid, kRowNormThreads, 0, stream, expert_out, weight, k, dim,
-         y, norm_w, eps, yn, counters, 0.0f);
+  const auto kernel = dim <= 8 * kRowNormThreads    ? expert_sum_add_norm_kernel<8>
+                      : dim <= 16 * kRowNormThreads ? expert_sum_add_norm_kernel<16>
+                                                    : expert_sum_add_norm_kernel<0>;
+  launch(kernel, grid, kRowNormThreads, 0, stream, expert_out, weight, k, dim, y, norm_w, eps, yn,
+         counters, 0.0f);
   check_launch("expert_sum_add_norm");
 }
 
