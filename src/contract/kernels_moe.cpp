@@ -123,6 +123,20 @@ std::vector<KernelCase> route_topk_cases(uint64_t seed, Fault fault) {
 // rounding, |err| <= (1 + u) e + u |ref|; NMSE limit 32 (2k + 2) u^2. Its planted fault: the sum
 // stored over y (expert_sum), the add left out.
 namespace {
+// The experts' outputs e [rows, k, dim], their weights w [rows, k] in [0.05, 0.6) and a residual y
+// [rows, dim] of normals with deviation y_sigma, drawn in that order.
+struct CombineInputs {
+  std::shared_ptr<std::vector<float>> e, w, y;
+};
+CombineInputs combine_inputs(Rng& rng, int64_t rows, int64_t k, int64_t dim, double y_sigma) {
+  CombineInputs in;
+  in.e = std::make_shared<std::vector<float>>(rng.normals(rows * k * dim));
+  in.w = std::make_shared<std::vector<float>>(rows * k);
+  for (auto& x : *in.w) x = static_cast<float>(rng.uniform(0.05, 0.6));
+  in.y = std::make_shared<std::vector<float>>(rng.normals(rows * dim, 0.0, y_sigma));
+  return in;
+}
+
 std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero,
                                       bool add_after = false) {
   const int64_t shapes[][3] = {{5, 4, 100}, {2, 8, 64}, {1, 2, 33}};  // rows, k, dim
@@ -130,10 +144,7 @@ std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero
   for (size_t s = 0; s < std::size(shapes); ++s) {
     Rng rng(seed * 47 + s);
     const int64_t rows = shapes[s][0], k = shapes[s][1], dim = shapes[s][2];
-    auto e = std::make_shared<std::vector<float>>(rng.normals(rows * k * dim));
-    auto w = std::make_shared<std::vector<float>>(rows * k);
-    for (auto& x : *w) x = static_cast<float>(rng.uniform(0.05, 0.6));
-    auto y = std::make_shared<std::vector<float>>(rng.normals(rows * dim));
+    const auto [e, w, y] = combine_inputs(rng, rows, k, dim, 1.0);
     KernelCase c;
     c.label =
         "rows=" + std::to_string(rows) + " k=" + std::to_string(k) + " dim=" + std::to_string(dim);
@@ -214,10 +225,7 @@ std::vector<KernelCase> expert_sum_add_norm_cases(uint64_t seed, Fault fault) {
   for (size_t s = 0; s < std::size(shapes); ++s) {
     Rng rng(seed * 53 + s);
     const int64_t rows = shapes[s][0], k = shapes[s][1], dim = shapes[s][2];
-    auto e = std::make_shared<std::vector<float>>(rng.normals(rows * k * dim));
-    auto w = std::make_shared<std::vector<float>>(rows * k);
-    for (auto& x : *w) x = static_cast<float>(rng.uniform(0.05, 0.6));
-    auto y = std::make_shared<std::vector<float>>(rng.normals(rows * dim, 0.0, 3.0));
+    const auto [e, w, y] = combine_inputs(rng, rows, k, dim, 3.0);
     std::vector<float> nf = rng.normals(dim, 1.0, 0.2);
     auto nw = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(nf));
     const double eps = 1e-6, rel = gamma32(double(dim)) / 2 + 6 * kU32;
