@@ -144,7 +144,8 @@ std::vector<KernelCase> combine_cases(uint64_t seed, Fault fault, bool from_zero
   for (size_t s = 0; s < std::size(shapes); ++s) {
     Rng rng(seed * 47 + s);
     const int64_t rows = shapes[s][0], k = shapes[s][1], dim = shapes[s][2];
-    const auto [e, w, y] = combine_inputs(rng, rows, k, dim, 1.0);
+    const CombineInputs in = combine_inputs(rng, rows, k, dim, 1.0);
+    const auto e = in.e, w = in.w, y = in.y;  // named copies: clang 14 cannot capture bindings
     KernelCase c;
     c.label =
         "rows=" + std::to_string(rows) + " k=" + std::to_string(k) + " dim=" + std::to_string(dim);
@@ -225,7 +226,8 @@ std::vector<KernelCase> expert_sum_add_norm_cases(uint64_t seed, Fault fault) {
   for (size_t s = 0; s < std::size(shapes); ++s) {
     Rng rng(seed * 53 + s);
     const int64_t rows = shapes[s][0], k = shapes[s][1], dim = shapes[s][2];
-    const auto [e, w, y] = combine_inputs(rng, rows, k, dim, 3.0);
+    const CombineInputs in = combine_inputs(rng, rows, k, dim, 3.0);
+    const auto e = in.e, w = in.w, y = in.y;  // named copies: clang 14 cannot capture bindings
     std::vector<float> nf = rng.normals(dim, 1.0, 0.2);
     auto nw = std::make_shared<std::vector<uint16_t>>(to_bf16_vec(nf));
     const double eps = 1e-6, rel = gamma32(double(dim)) / 2 + 6 * kU32;
