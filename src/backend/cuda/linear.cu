@@ -190,6 +190,15 @@ __device__ __forceinline__ void split_terms(float4& v, uint32_t (&b)[3][2]) {
     b[term][1] = take_upper_halves(v.z, v.w);
   }
 }
+// A slice's two accumulators (mma_terms' acc and acc_low for each row tile), from zero: every
+// slice loop of linear_bf16_mma_kernel starts so.
+__device__ __forceinline__ void zero_sums(float (&acc)[kMmaTilesN][4],
+                                          float (&acc_low)[kMmaTilesN][4]) {
+#pragma unroll
+  for (int n = 0; n < kMmaTilesN; ++n)
+#pragma unroll
+    for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+}
 __device__ __forceinline__ void mma_terms(float (&acc)[4], float (&acc_low)[4],
                                           const uint32_t (&a)[4], const uint32_t (&b)[3][2]) {
   mma_bf16(acc_low, a, b[2][0], b[2][1]);
@@ -318,10 +327,7 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
     // The hi terms' sums and the mid and lo terms' sums in separate accumulators: the tensor core's
     // accumulation rounding then comes once per step at the size of the sum (hi), not three times.
     float acc[kMmaTilesN][4], acc_low[kMmaTilesN][4];
-#pragma unroll
-    for (int n = 0; n < kMmaTilesN; ++n)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+    zero_sums(acc, acc_low);
     // Step u's A fragment (zeros past the slice): from global memory (all kMmaAhead steps loaded
     // before any arithmetic) or, staged, from shared memory just before its mma.
     auto fragment = [&](int64_t sa, int u, uint32_t(&a)[4]) {
@@ -373,10 +379,7 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
   auto run_slice_lean = [&](int slice) {
     const int s0 = slice * static_cast<int>(steps_per_slice);
     float acc[kMmaTilesN][4], acc_low[kMmaTilesN][4];
-#pragma unroll
-    for (int n = 0; n < kMmaTilesN; ++n)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+    zero_sums(acc, acc_low);
     // The lane's activations of tile n (row r0 + 8 n + g, the last row past `rows`) and its
     // weights (tile rows g and g + 8), from the slice's first input on.
     const float* xr[kMmaTilesN];
@@ -412,10 +415,7 @@ __global__ void __maxnreg__(Staged ? 80 : 128)
   auto run_slice_split = [&](int slice) {
     const int s0 = slice * static_cast<int>(steps_per_slice);
     float acc[kMmaTilesN][4], acc_low[kMmaTilesN][4];
-#pragma unroll
-    for (int n = 0; n < kMmaTilesN; ++n)
-#pragma unroll
-      for (int q = 0; q < 4; ++q) acc[n][q] = acc_low[n][q] = 0.0f;
+    zero_sums(acc, acc_low);
     const int64_t chunks = in / 4;
     const int64_t r = g < rows ? g : rows - 1;
     const uint4* pa = split_plane_a + r * (chunks + chunks / 2) + 4 * s0 + t;
