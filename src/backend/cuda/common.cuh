@@ -175,6 +175,43 @@ __device__ __forceinline__ float inv_rms(double sum_of_squares, int64_t dim, flo
   const float mean = static_cast<float>(sum_of_squares / static_cast<double>(dim));
   return 1.0f / sqrtf(mean + eps);
 }
+
+// rms_norm's normalisation of one row, shared by every kernel that gives its bits (rms_norm_kernel,
+// expert_sum_add_norm_kernel): each thread's squares in float64 in increasing element order,
+// block_sum's tree, inv_rms, then y = (x * inv) * w. The callers load the row their own way (before
+// or after their wait, through L1 or past it), so the loads stay theirs.
+// PerThread > 0: xv[i] and wv[i] hold element threadIdx.x + i * blockDim.x (anything past dim).
+template <int PerThread>
+__device__ __forceinline__ void norm_row_in_registers(const float (&xv)[PerThread],
+                                                      const float (&wv)[PerThread], int64_t dim,
+                                                      float eps, double* scratch, float* yr) {
+  double sum = 0.0;
+#pragma unroll
+  for (int i = 0; i < PerThread; ++i)
+    if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
+      sum += static_cast<double>(xv[i]) * xv[i];
+  const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
+#pragma unroll
+  for (int i = 0; i < PerThread; ++i) {
+    const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
+    if (d < dim) yr[d] = (xv[i] * inv) * wv[i];
+  }
+}
+// Any dim: element d read twice through load(d), once for the squares and once for the output.
+template <class Load>
+__device__ __forceinline__ void norm_row_reread(Load load, const uint16_t* __restrict__ w,
+                                                int64_t dim, float eps, double* scratch,
+                                                float* yr) {
+  double sum = 0.0;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
+    const float v = load(d);
+    sum += static_cast<double>(v) * v;
+  }
+  const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
+  __syncthreads();  // y may be the row read: every thread has read its inputs
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+    yr[d] = (load(d) * inv) * bf16_to_f32(w[d]);
+}
 __device__ __forceinline__ float block_max(float v, float* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   v = warp_max(v);

@@ -188,7 +188,6 @@ __global__ void expert_sum_add_norm_kernel(const float* __restrict__ expert_out,
   }
   if (!last_to_finish(counters + r, static_cast<int>(gridDim.x))) return;
   if (threadIdx.x == 0) counters[r] = 0;
-  double sq = 0.0;
   float* ynr = yn + r * dim;
   if constexpr (PerThread > 0) {
     // dim <= PerThread * blockDim: the row and the weights loaded at once, into registers.
@@ -199,24 +198,9 @@ __global__ void expert_sum_add_norm_kernel(const float* __restrict__ expert_out,
       v[i] = e < dim ? __ldcg(yr + e) : 0.0f;
       wv[i] = e < dim ? bf16_to_f32(w[e]) : 0.0f;
     }
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i)
-      if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
-        sq += static_cast<double>(v[i]) * v[i];
-    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-      const int64_t e = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (e < dim) ynr[e] = (v[i] * inv) * wv[i];
-    }
+    norm_row_in_registers(v, wv, dim, eps, scratch, ynr);
   } else {
-    for (int64_t e = threadIdx.x; e < dim; e += blockDim.x) {
-      const float v = __ldcg(yr + e);
-      sq += static_cast<double>(v) * v;
-    }
-    const float inv = inv_rms(block_sum(sq, scratch), dim, eps);
-    for (int64_t e = threadIdx.x; e < dim; e += blockDim.x)
-      ynr[e] = (__ldcg(yr + e) * inv) * bf16_to_f32(w[e]);
+    norm_row_reread([yr](int64_t e) { return __ldcg(yr + e); }, w, dim, eps, scratch, ynr);
   }
 }
 

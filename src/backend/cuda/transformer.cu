@@ -33,7 +33,6 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
   __shared__ double scratch[32];
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
-  double sum = 0.0;
   if constexpr (PerThread > 0) {
     float xv[PerThread], wv[PerThread];
     // The weights before the wait for the kernel before (they are not its output), the row after.
@@ -48,24 +47,10 @@ __global__ void rms_norm_kernel(const float* x, const uint16_t* __restrict__ w, 
       const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
       xv[i] = d < dim ? xr[d] : 0.0f;
     }
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i)
-      if (threadIdx.x + static_cast<int64_t>(i) * blockDim.x < dim)
-        sum += static_cast<double>(xv[i]) * xv[i];
-    const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
-#pragma unroll
-    for (int i = 0; i < PerThread; ++i) {
-      const int64_t d = threadIdx.x + static_cast<int64_t>(i) * blockDim.x;
-      if (d < dim) yr[d] = (xv[i] * inv) * wv[i];
-    }
+    norm_row_in_registers(xv, wv, dim, eps, scratch, yr);
   } else {
     pdl_entry();
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
-      sum += static_cast<double>(xr[d]) * xr[d];
-    const float inv = inv_rms(block_sum(sum, scratch), dim, eps);
-    __syncthreads();  // y may equal x: every thread has read its inputs
-    for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
-      yr[d] = (xr[d] * inv) * bf16_to_f32(w[d]);
+    norm_row_reread([xr](int64_t d) { return xr[d]; }, w, dim, eps, scratch, yr);
   }
 }
 
