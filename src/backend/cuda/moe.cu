@@ -710,13 +710,15 @@ V3Split v3_split(int64_t in) {
 // was that decode: Nsight Compute, H100 2026-12-07 09:25. Loading the weights first made batch 1
 // x0.984 and paired x0.962; making the activation loads branch-free too, with their zeros
 // selected, cost more selects than it saved: results/decode-v3-loads-h100-0932.json.)
+// Whole (moe_nvfp4_v3_kernel's): every row valid and every input inside in, no selects.
+template <bool Whole>
 __device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* scales, int64_t in,
                                         int64_t kb, bool valid, uint32_t (&w)[4],
                                         uint32_t (&raw)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int64_t k = kb + 16 * h;
-    const bool ok = valid && k < in;
+    const bool ok = Whole || (valid && k < in);
     const int64_t at = ok ? k : 0;
     const uint2 c = __ldg(reinterpret_cast<const uint2*>(codes + at / 2));
     const uint32_t b = __ldg(scales + at / 16);
@@ -735,13 +737,20 @@ __device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* sca
 // Ahead (the default): the activations come split (xs, acts: split_a); otherwise (set_split_ahead
 // false, for the test that the split ahead changes no bit) the kernel reads them as floats (x,
 // act) and splits them itself, as before 2026-12-05.
-template <int NW, bool Ahead>
+//
+// Whole (Ahead only; v3_whole: inputs in whole groups of 128, output columns in whole blocks of
+// 16, as at bench-30b-a3b's 2048 x 768): no load is checked against in or the columns, and a
+// column of B past the expert's pairs reads the last pair's row (it feeds only its own column of
+// D, whose pair is never stored): the loads need no branch and no select. The same values where
+// they are used: the same bits.
+template <int NW, bool Ahead, bool Whole = false>
 __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
                         int64_t inter, const float* __restrict__ x, bool vec_x,
                         uint32_t* __restrict__ xs, int64_t pairs, int64_t k, int64_t out_slots,
                         int64_t groups_per_slice, uint32_t* __restrict__ acts, float* workspace,
                         float* __restrict__ out) {
+  static_assert(Ahead || !Whole, "whole loads read the activations split ahead");
   pdl_entry();
   __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
@@ -777,8 +786,9 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     const uint4* row_a = nullptr;
     const uint2* row_b = nullptr;
     const float* xrow = nullptr;
-    if (has_row) {
-      const int64_t row = NW == 2 ? m.order[p0 + i0 + g] / k : p0 + i0 + g;
+    if (has_row || Whole) {
+      const int64_t at = p0 + (has_row ? i0 + g : n - 1);
+      const int64_t row = NW == 2 ? m.order[at] / k : at;
       if constexpr (Ahead) {
         row_a = split_a(NW == 2 ? xs : acts, row, in);
         row_b = split_b(NW == 2 ? xs : acts, row, in);
@@ -799,7 +809,7 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
       for (int w = 0; w < NW; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          v3_load(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
+          v3_load<Whole>(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
 #pragma unroll
       for (int w = 0; w < NW; ++w)
 #pragma unroll
@@ -815,7 +825,10 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const int64_t kk = kb + 4 * (4 * half + u);
-          if (!has_row || kk >= in) {
+          if constexpr (Whole) {
+            va[u] = row_a[kk / 4];
+            vb[u] = row_b[kk / 4];
+          } else if (!has_row || kk >= in) {
             va[u] = make_uint4(0, 0, 0, 0);
             vb[u] = make_uint2(0, 0);
           } else if constexpr (Ahead) {
@@ -1353,13 +1366,20 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
     }
     const dim3 up_grid(slots, blocks_for(inter, kV3Cols)),
         down_grid(slots, blocks_for(hidden, kV3Cols));
-    launch(ahead ? moe_nvfp4_v3_kernel<2, true> : moe_nvfp4_v3_kernel<2, false>, up_grid,
-           32 * up.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_x, split.xs, pairs,
-           k, out_slots, up.groups_per_slice, split.acts, workspace, out);
+    // v3_whole: every load of a product inside its shapes (moe_nvfp4_v3_kernel's Whole).
+    const bool whole_up = ahead && hidden % 128 == 0 && inter % kV3Cols == 0,
+               whole_down = ahead && inter % 128 == 0 && hidden % kV3Cols == 0;
+    launch(whole_up ? moe_nvfp4_v3_kernel<2, true, true>
+           : ahead  ? moe_nvfp4_v3_kernel<2, true>
+                    : moe_nvfp4_v3_kernel<2, false>,
+           up_grid, 32 * up.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_x, split.xs,
+           pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts gate/up (v3)");
-    launch(ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>, down_grid,
-           32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act, split.xs,
-           pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
+    launch(whole_down ? moe_nvfp4_v3_kernel<1, true, true>
+           : ahead    ? moe_nvfp4_v3_kernel<1, true>
+                      : moe_nvfp4_v3_kernel<1, false>,
+           down_grid, 32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act,
+           split.xs, pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts down (v3)");
     return;
   }
