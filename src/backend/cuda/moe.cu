@@ -738,11 +738,11 @@ __device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* sca
 // false, for the test that the split ahead changes no bit) the kernel reads them as floats (x,
 // act) and splits them itself, as before 2026-12-05.
 //
-// Whole (Ahead only; v3_whole: inputs in whole groups of 128, output columns in whole blocks of
-// 16, as at bench-30b-a3b's 2048 x 768): no load is checked against in or the columns, and a
-// column of B past the expert's pairs reads the last pair's row (it feeds only its own column of
-// D, whose pair is never stored): the loads need no branch and no select. The same values where
-// they are used: the same bits.
+// Whole (Ahead only; launch_moe_experts takes it for gate/up where the shapes allow: inputs in
+// whole groups of 128, output columns in whole blocks of 16, as at bench-30b-a3b's 2048 x 768): no
+// load is checked against in or the columns, and a column of B past the expert's pairs reads the
+// last pair's row (it feeds only its own column of D, whose pair is never stored): the loads need
+// no branch and no select. The same values where they are used: the same bits.
 template <int NW, bool Ahead, bool Whole = false>
 __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
@@ -1366,21 +1366,19 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
     }
     const dim3 up_grid(slots, blocks_for(inter, kV3Cols)),
         down_grid(slots, blocks_for(hidden, kV3Cols));
-    // v3_whole: every load of a product inside its shapes (moe_nvfp4_v3_kernel's Whole).
-    // gate/up only: down in the whole form measured slower (H100 2026-12-07 09:46: 12.6 -> 13.3
-    // us a layer at one row, where gate/up went 18.1 -> 17.1).
-    const bool whole_up = ahead && hidden % 128 == 0 && inter % kV3Cols == 0, whole_down = false;
+    // Whole loads (moe_nvfp4_v3_kernel's Whole) where every load of gate/up lies inside its
+    // shapes; gate/up only: down in the whole form measured slower (H100 2026-12-07 09:46: 12.6
+    // -> 13.3 us a layer at one row, where gate/up went 18.1 -> 17.1).
+    const bool whole_up = ahead && hidden % 128 == 0 && inter % kV3Cols == 0;
     launch(whole_up ? moe_nvfp4_v3_kernel<2, true, true>
            : ahead  ? moe_nvfp4_v3_kernel<2, true>
                     : moe_nvfp4_v3_kernel<2, false>,
            up_grid, 32 * up.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_x, split.xs,
            pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts gate/up (v3)");
-    launch(whole_down ? moe_nvfp4_v3_kernel<1, true, true>
-           : ahead    ? moe_nvfp4_v3_kernel<1, true>
-                      : moe_nvfp4_v3_kernel<1, false>,
-           down_grid, 32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act,
-           split.xs, pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
+    launch(ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>, down_grid,
+           32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act, split.xs,
+           pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts down (v3)");
     return;
   }
