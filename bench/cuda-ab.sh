@@ -17,7 +17,9 @@
 #   AB_VARIANTS   names of further variants, each a folder DIR/var-NAME with its own `drama` (and
 #                 `model_test_cuda_parity` for its tests, else bundle/'s), e.g. a second change built
 #                 on top of the first: benched after bundle/drama, each against the binary kept
-#                 before it
+#                 before it. A run-time setting of bundle/drama is a variant too: var-NAME/env holds
+#                 its VAR=VALUE words and var-NAME/drama runs bundle/drama with them
+#                 (bench/prepared/make-call.sh makes both)
 #   AB_TESTS      gtest filter of model_test_cuda_parity on each binary under test
 #                 (default '*LinearsEqual*:*Layouts*:*E2m1*'; '*' for all, with parity against the CPU)
 #   AB_ROWS       the decode bench's step rows beyond 1 and 2, every binary (default 8,64,192,512);
@@ -200,11 +202,19 @@ if [ -n "${AB_MUST:-}" ] && [ -x "$here/cuda-h200-run.sh" ]; then
     tr '[:upper:]' '[:lower:]')
   mkdir -p "$out/must"
   [ -f "$out/${json[$pick]:-}" ] && cp "$out/${json[$pick]}" "$out/must/decode-${card:-gpu}.json"
-  [ "${bin[$pick]}" = bundle/drama ] || cp -f "${bin[$pick]}" bundle/drama
-  [ "${test[$pick]:-bundle/model_test_cuda_parity}" = bundle/model_test_cuda_parity ] ||
-    cp -f "${test[$pick]}" bundle/model_test_cuda_parity
-  DRAMA_RUN_SECTIONS=$AB_MUST DRAMA_ALT_EXPERTS='' DRAMA_ALT_ATTENTION='' OUT=$out/must \
-    timeout "${AB_MUST_SECONDS:-300}" "$here/cuda-h200-run.sh" >/dev/null 2>&1
+  # A variant that is a setting of bundle/drama (var-NAME/env, bench/prepared/make-call.sh: its
+  # drama a wrapper that runs bundle/drama) runs the sections with that setting; copying the
+  # wrapper over bundle/drama would make it run itself.
+  must_env=()
+  if [ -f "var-$pick/env" ]; then
+    read -ra must_env <"var-$pick/env"
+  else
+    [ "${bin[$pick]}" = bundle/drama ] || cp -f "${bin[$pick]}" bundle/drama
+    [ "${test[$pick]:-bundle/model_test_cuda_parity}" = bundle/model_test_cuda_parity ] ||
+      cp -f "${test[$pick]}" bundle/model_test_cuda_parity
+  fi
+  env "${must_env[@]}" DRAMA_RUN_SECTIONS="$AB_MUST" DRAMA_ALT_EXPERTS='' DRAMA_ALT_ATTENTION='' \
+    OUT="$out/must" timeout "${AB_MUST_SECONDS:-300}" "$here/cuda-h200-run.sh" >/dev/null 2>&1
   echo "must-show sections ($AB_MUST) exit $?"
   [ -f "$out/must/receipts.tar" ] && tar xf "$out/must/receipts.tar" -C "$out/must" && rm -f "$out/must/receipts.tar"
   grep -E "exit|PASSED|FAILED|vs drama" "$out/must/log.txt" | head -20
