@@ -10,11 +10,16 @@
 # same worktree and only what they touch is rebuilt.
 #
 # Usage: bench/prepared/make-call.sh OUT.tar.xz PATCH[,PATCH...] [NAME:VAR=VALUE ...]
+#   PATCH `none`: the code under test is HEAD itself (e.g. MUST=1 for main's must-show sections)
 #   e.g. bench/prepared/make-call.sh out/route.tar.xz bench/prepared/route-shape.patch \
 #          256x4:DRAMA_CUDA_ROUTE=256x4 128x2:DRAMA_CUDA_ROUTE=128x2
 # Then (bench/device-tree-size.sh OUT.tar.xz first) the device call, from the checkout's root:
 #   d=$(mktemp -d) && tar xJf OUT.tar.xz -C $d && AB_VARIANTS="256x4 128x2" \
 #     AB_PARENTS="256x4=now 128x2=now" $d/call/cuda-ab.sh
+# MUST=1 also packs what bench/cuda-ab.sh's AB_MUST runs (bench/cuda-h200-run.sh's sections, the
+# must-show receipts): the server tests in the bundle and cuda-h200-run.sh, server_latency.py,
+# thread-scaling.sh and torch_baselines.py beside cuda-ab.sh. Its e2e section reads
+# models/drama-mini beside them: on the GPU machine, `ln -s "$PWD/models" $d/call/models` first.
 # The archive is made in a temporary worktree (git worktree, removed at the end): the checkout's
 # own files and build/ are not touched. NVCC and JOBS as scripts/bundle-cuda.sh takes them.
 set -euo pipefail
@@ -25,7 +30,8 @@ if [ $# -lt 2 ]; then
 fi
 archive=$(realpath -m "$1")
 patches=()
-IFS=, read -ra named <<<"$2"
+named=()
+[ "$2" = none ] || IFS=, read -ra named <<<"$2"
 for p in "${named[@]}"; do patches+=("$(realpath "$p")"); done
 shift 2
 for v in "$@"; do
@@ -50,8 +56,12 @@ BUILD_DIR=build-call "$tree/scripts/bundle-cuda.sh" "$call/base" >/dev/null
 cp "$call/base/drama" "$call/bundle/drama-baseline"
 rm -rf "$call/base"
 # The code under test: the patches on HEAD, rebuilt in the same folder.
-git -C "$tree" -c user.name=make-call -c user.email=make-call@localhost am -3 -q "${patches[@]}"
-BUILD_DIR=build-call "$tree/scripts/bundle-cuda.sh" "$call/bundle" model_test_cuda_parity
+if [ ${#patches[@]} -gt 0 ]; then
+  git -C "$tree" -c user.name=make-call -c user.email=make-call@localhost am -3 -q "${patches[@]}"
+fi
+must=()
+if [ "${MUST:-0}" = 1 ]; then must=(server_test_serve_e2e server_test_serve_lanes); fi
+BUILD_DIR=build-call "$tree/scripts/bundle-cuda.sh" "$call/bundle" model_test_cuda_parity "${must[@]}"
 # A setting of the code under test: var-NAME/env holds VAR=VALUE (bench/cuda-ab.sh reads it for
 # its must-show sections), var-NAME/drama runs bundle/drama with it.
 for v in "$@"; do
@@ -65,10 +75,19 @@ for v in "$@"; do
 done
 cp -r configs "$call/"
 cp bench/cuda-ab.sh bench/strip-paths.py bench/machine_facts.py "$call/"
+if [ "${MUST:-0}" = 1 ]; then
+  cp bench/cuda-h200-run.sh bench/server_latency.py bench/thread-scaling.sh bench/torch_baselines.py \
+    "$call/"
+fi
 {
   echo "baseline $head"
-  echo "under test $(git -C "$tree" rev-parse HEAD) (on the baseline: ${named[*]##*/})"
+  if [ ${#named[@]} -gt 0 ]; then
+    echo "under test $(git -C "$tree" rev-parse HEAD) (on the baseline: ${named[*]##*/})"
+  else
+    echo "under test $head (the baseline itself)"
+  fi
   for v in "$@"; do echo "variant ${v%%:*}: ${v#*:} on the code under test"; done
+  if [ "${MUST:-0}" = 1 ]; then echo "must-show sections packed (AB_MUST)"; fi
 } >"$call/CALL"
 mkdir -p "$(dirname "$archive")"
 tar -cJf "$archive" -C "$work" call
