@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Builds one A/B call of bench/cuda-ab.sh for a prepared patch, as one archive to carry to the GPU
+# Builds one A/B call of bench/cuda-ab.sh for prepared patches, as one archive to carry to the GPU
 # machine: the code before the change (this checkout's HEAD) as bundle/drama-baseline, HEAD with
 # the patches applied in order as bundle/drama (with model_test_cuda_parity and the bundled
-# libraries), one
-# folder var-NAME per run-time setting of the patched binary to compare beside it (a two-line
-# wrapper that sets the variable and runs bundle/drama), configs/ and the scripts cuda-ab.sh runs.
+# libraries), one folder var-NAME per run-time setting of the patched binary to compare beside it
+# (var-NAME/env holds the setting, var-NAME/drama runs bundle/drama with it), configs/ and the
+# scripts cuda-ab.sh runs.
 # The call folders outlive no checkout (out/ is ignored), so a session rebuilds them with this
 # rather than by hand. One build folder: HEAD is built first, then the patches are applied in the
 # same worktree and only what they touch is rebuilt.
