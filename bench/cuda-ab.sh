@@ -3,13 +3,9 @@
 # (bundle/drama) beside the code before it (bundle/drama-baseline) in the same call, and any further
 # variants (AB_VARIANTS), with the merge rule written before the run: each in turn is kept only if
 # no graphed step of the decode bench is more than AB_RULE (default 1.01) times the step of the
-# binary kept before it. The folder is made here by
-#   scripts/bundle-cuda.sh DIR/bundle model_test_cuda_parity && cp BASELINE DIR/bundle/drama-baseline \
-#     && cp -r configs DIR/ && cp bench/cuda-ab.sh bench/strip-paths.py bench/machine_facts.py DIR/
-# (BASELINE: `drama` built from the commit before the change; for AB_MUST also the files
-# cuda-h200-run.sh's header lists: server_test_serve_e2e and server_test_serve_lanes in the bundle,
-# and cuda-h200-run.sh, server_latency.py, thread-scaling.sh and torch_baselines.py beside this
-# script) and run there as DIR/cuda-ab.sh, with
+# binary kept before it. The folder is made here by bench/prepared/make-call.sh (HEAD as the
+# baseline, prepared patches on it as the code under test, run-time settings as variants; MUST=1
+# for AB_MUST) and run there as DIR/cuda-ab.sh, with
 # OUT set (the device tool returns at most 8 files: everything lands in OUT/receipts.tar, written
 # again after every stage, so a call cut off at its limit still returns what it measured).
 #

@@ -40,6 +40,7 @@ for v in "$@"; do
     exit 2
   fi
 done
+must_show=${MUST:-0}
 head=$(git rev-parse HEAD)
 work=$(mktemp -d)
 tree=$work/tree
@@ -60,7 +61,7 @@ if [ ${#patches[@]} -gt 0 ]; then
   git -C "$tree" -c user.name=make-call -c user.email=make-call@localhost am -3 -q "${patches[@]}"
 fi
 must=()
-if [ "${MUST:-0}" = 1 ]; then must=(server_test_serve_e2e server_test_serve_lanes); fi
+if [ "$must_show" = 1 ]; then must=(server_test_serve_e2e server_test_serve_lanes); fi
 BUILD_DIR=build-call "$tree/scripts/bundle-cuda.sh" "$call/bundle" model_test_cuda_parity "${must[@]}"
 # A setting of the code under test: var-NAME/env holds VAR=VALUE (bench/cuda-ab.sh reads it for
 # its must-show sections), var-NAME/drama runs bundle/drama with it.
@@ -75,7 +76,7 @@ for v in "$@"; do
 done
 cp -r configs "$call/"
 cp bench/cuda-ab.sh bench/strip-paths.py bench/machine_facts.py "$call/"
-if [ "${MUST:-0}" = 1 ]; then
+if [ "$must_show" = 1 ]; then
   cp bench/cuda-h200-run.sh bench/server_latency.py bench/thread-scaling.sh bench/torch_baselines.py \
     "$call/"
 fi
@@ -87,7 +88,7 @@ fi
     echo "under test $head (the baseline itself)"
   fi
   for v in "$@"; do echo "variant ${v%%:*}: ${v#*:} on the code under test"; done
-  if [ "${MUST:-0}" = 1 ]; then echo "must-show sections packed (AB_MUST)"; fi
+  if [ "$must_show" = 1 ]; then echo "must-show sections packed (AB_MUST)"; fi
 } >"$call/CALL"
 mkdir -p "$(dirname "$archive")"
 tar -cJf "$archive" -C "$work" call
