@@ -850,7 +850,10 @@ TEST(CudaGroupedExperts, E2m1DecodeEqualsTheReference) {
 // 1 equals the separate calls (the test above), so version 2 does too. Version 3 reads its
 // activations split ahead into their three bfloat16 terms (the grouping kernel's further blocks
 // split x, the gate/up product writes act split); its own layout can still split them in the
-// kernel (set_split_ahead(false), as before 2026-12-05), and the two are compared too. (Up to
+// kernel (set_split_ahead(false), as before 2026-12-05), and the two are compared too, as are its
+// down at one column tile a block and at two (set_v3_down_tiles; two in the other pairs, and in
+// the fourth pair the two-tile side also splits in the kernel, so both instances of two tiles
+// run). (Up to
 // 2026-12-04 this test was VersionTwoEqualsVersionOneBitwise.)
 TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
   REQUIRE_CUDA(cuda);
@@ -864,17 +867,26 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
     int version[2];
     int64_t wide_rows[2];
     bool ahead[2];
+    int down_tiles[2];
   };
-  const Layouts layouts[] = {{{"v1", "v2"}, {1, 2}, {0, 0}, {true, true}},
-                             {{"v3", "v3 wide"}, {3, 3}, {0, 1}, {true, true}},
-                             {{"v3 split in the kernel", "v3"}, {3, 3}, {0, 0}, {false, true}}};
+  const Layouts layouts[] = {
+      {{"v1", "v2"}, {1, 2}, {0, 0}, {true, true}, {2, 2}},
+      {{"v3", "v3 wide"}, {3, 3}, {0, 1}, {true, true}, {2, 2}},
+      {{"v3 split in the kernel", "v3"}, {3, 3}, {0, 0}, {false, true}, {2, 2}},
+      {{"v3 down a tile a block", "v3 down two tiles a block, split in the kernel"},
+       {3, 3},
+       {0, 0},
+       {true, false},
+       {1, 2}}};
   const int version_before = cuda::set_moe_experts_version(b, 2);
   const int64_t wide_before = cuda::set_wide_rows(b, 0);
   const bool ahead_before = cuda::set_split_ahead(b, true);
-  const AtExit restore{[&b, version_before, wide_before, ahead_before] {
+  const int tiles_before = cuda::set_v3_down_tiles(b, 2);
+  const AtExit restore{[&b, version_before, wide_before, ahead_before, tiles_before] {
     cuda::set_moe_experts_version(b, version_before);
     cuda::set_wide_rows(b, wide_before);
     cuda::set_split_ahead(b, ahead_before);
+    cuda::set_v3_down_tiles(b, tiles_before);
   }};
   struct Shape {
     int64_t hidden, inter, n_stored, k, extra_slots, x_offset;
@@ -960,6 +972,7 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
             cuda::set_moe_experts_version(b, lay.version[which]);
             cuda::set_wide_rows(b, lay.wide_rows[which]);
             cuda::set_split_ahead(b, lay.ahead[which]);
+            cuda::set_v3_down_tiles(b, lay.down_tiles[which]);
             b.upload(out->data(), zeros.data(), n * 4);
             poison(b, ws->f32(), ws_floats);  // a read of workspace the call did not write: NaN
             b.moe_experts(table.data(), n_stored, xp, rows, H,
@@ -985,10 +998,11 @@ TEST(CudaGroupedExperts, LayoutsOfOneArithmeticEqualBitwise) {
       }
     }
   }
-  EXPECT_EQ(checked, 4 * 3 * 6 * 3);  // shapes, mixes, row counts, pairs of layouts
+  EXPECT_EQ(checked, 4 * 3 * 6 * 4);  // shapes, mixes, row counts, pairs of layouts
   std::printf(
       "%d (shape, mix, rows, layouts) grouped expert calls bitwise equal: v1 and v2, v3 and v3 "
-      "wide, v3 splitting in the kernel and ahead\n",
+      "wide, v3 splitting in the kernel and ahead, v3's down a column tile a block and two (the "
+      "other pairs: two)\n",
       checked);
 #endif
 }

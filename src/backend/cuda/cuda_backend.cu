@@ -445,6 +445,10 @@ bool set_split_ahead(Backend& backend, bool on) {
   return switch_kernel(backend, on, set_split_ahead_flag);
 }
 
+int set_v3_down_tiles(Backend& backend, int tiles) {
+  return switch_kernel(backend, tiles, set_v3_down_tiles_flag);
+}
+
 KernelTimes time_each_kernel(Backend& backend, const std::function<void()>& work) {
   CudaBackend& cuda = cuda_of(backend);
   if (g_timer.on) throw Error("time_each_kernel: already timing");

@@ -41,6 +41,13 @@ int64_t set_wide_rows(Backend& backend, int64_t rows);
 // Throws drama::Error when `backend` is not the CUDA backend.
 bool set_split_ahead(Backend& backend, bool on);
 
+// Sets how many column tiles of 16 a block of version 3's own down takes (2, the default,
+// DRAMA_CUDA_V3_DOWN_TILES=2: both tiles' loads issued together, half the blocks; or 1) for every
+// CUDA backend of the process: the same bits. Drops `backend`'s captured graphs and returns the
+// previous setting. Throws drama::Error when `backend` is not the CUDA backend or tiles is
+// neither.
+int set_v3_down_tiles(Backend& backend, int tiles);
+
 // Nodes of the CUDA graph `backend` captured for run_captured(key, ...) (its launches), -1 when
 // it holds none for the key. Throws drama::Error when `backend` is not the CUDA backend.
 int64_t captured_graph_nodes(Backend& backend, const std::string& key);

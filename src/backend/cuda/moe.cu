@@ -743,7 +743,16 @@ __device__ __forceinline__ void v3_load(const uint8_t* codes, const uint8_t* sca
 // load is checked against in or the columns, and a column of B past the expert's pairs reads the
 // last pair's row (it feeds only its own column of D, whose pair is never stored): the loads need
 // no branch and no select. The same values where they are used: the same bits.
-template <int NW, bool Ahead, bool Whole = false>
+//
+// NT (down only, NW 1): column tiles of 16 a block. At 2, each warp takes two tiles of down's
+// columns as gate/up takes its two matrices: both tiles' loads issued together, each tile's mma
+// into its own accumulators. A column's products, slices and sums are the single tile's: the same
+// bits. Why: at one row down's 8 experts x 128 tiles were 1024 blocks of 6 warps, four blocks an
+// SM at 80 registers, so two waves on 132 SMs; at two tiles a block, 512 blocks: one. Measured
+// (H100 2026-12-08 01:11, results/decode-v3-down-tiles-h100-0111.json): down timed alone at one
+// row 12.7 -> 11.6 us, paired 19.4 -> 17.0, 8 rows 53.8 -> 42.1, 64 rows 153.2 -> 110.1; the
+// graphed step x0.992 at one row, x0.975 paired, x0.943 at 8 rows, x0.922 at 64.
+template <int NW, bool Ahead, bool Whole = false, int NT = 1>
 __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     moe_nvfp4_v3_kernel(const DeviceExpert* __restrict__ experts, int64_t n_stored, int64_t hidden,
                         int64_t inter, const float* __restrict__ x, bool vec_x,
@@ -751,13 +760,16 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
                         int64_t groups_per_slice, uint32_t* __restrict__ acts, float* workspace,
                         float* __restrict__ out) {
   static_assert(Ahead || !Whole, "whole loads read the activations split ahead");
+  static_assert(NT == 1 || NW == 1, "two column tiles a block: down only");
+  // The warp's weight streams: gate and up (NW 2), or down's NT column tiles.
+  constexpr int S = NW * NT;
   pdl_entry();
-  __shared__ float partial[kV3MaxSlices][NW][8][kV3Cols + 1];
+  __shared__ float partial[kV3MaxSlices][S][8][kV3Cols + 1];
   const MoeLayout m = moe_layout(workspace, pairs, n_stored);
   ChosenExpert chosen;
   if (!chosen_expert(m, blockIdx.x, chosen)) return;  // the whole block
   const int64_t in = NW == 2 ? hidden : inter, columns = NW == 2 ? inter : hidden;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kV3Cols;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kV3Cols * NT;
   const DeviceExpert e = experts[chosen.s];
   const int64_t p0 = chosen.p0, n = chosen.n;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, slices = blockDim.x / 32;
@@ -766,20 +778,21 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
   const int64_t groups = (in + 127) / 128;
   const int64_t q0 = warp * groups_per_slice;
   const int64_t q1 = q0 + groups_per_slice < groups ? q0 + groups_per_slice : groups;
-  // Weight rows o0 + g and o0 + g + 8 of each matrix (codes, scales), when they exist.
-  const uint8_t* codes[NW][2];
-  const uint8_t* scl[NW][2];
-  bool valid[2];
+  // Weight rows o0 + g and o0 + g + 8 of each matrix, or of each column tile (o0 + 16 w + ...),
+  // (codes, scales), when they exist.
+  const uint8_t* codes[S][2];
+  const uint8_t* scl[S][2];
+  bool valid[S][2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t o = o0 + g + 8 * h;
-    valid[h] = o < columns;
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      codes[w][h] = static_cast<const uint8_t*>(e.data[first[w]]) + (valid[h] ? o : 0) * (in / 2);
-      scl[w][h] = e.scales[first[w]] + (valid[h] ? o : 0) * (in / 16);
+    for (int w = 0; w < S; ++w) {
+      const int64_t o = o0 + (NW == 2 ? 0 : kV3Cols * w) + g + 8 * h;
+      const int mat = first[NW == 2 ? w : 0];
+      valid[w][h] = o < columns;
+      codes[w][h] = static_cast<const uint8_t*>(e.data[mat]) + (valid[w][h] ? o : 0) * (in / 2);
+      scl[w][h] = e.scales[mat] + (valid[w][h] ? o : 0) * (in / 16);
     }
-  }
   for (int64_t i0 = 0; i0 < n; i0 += 8) {
     // B column g: pair p0 + i0 + g (its x row split, or its act row split for down).
     const bool has_row = i0 + g < n;
@@ -796,22 +809,22 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
         xrow = NW == 2 ? x + row * hidden : m.act + row * inter;
       }
     }
-    float acc[NW][4], acc_low[NW][4];
+    float acc[S][4], acc_low[S][4];
 #pragma unroll
-    for (int w = 0; w < NW; ++w)
+    for (int w = 0; w < S; ++w)
 #pragma unroll
       for (int q = 0; q < 4; ++q) acc[w][q] = acc_low[w][q] = 0.0f;
     for (int64_t q = q0; q < q1; ++q) {
       const int64_t kb = 128 * q + 32 * t;
       // Every row's loads first, then the scales' decode (a zero byte decodes to zero).
-      uint32_t wc[NW][2][4], sc[NW][2][2];
+      uint32_t wc[S][2][4], sc[S][2][2];
 #pragma unroll
-      for (int w = 0; w < NW; ++w)
+      for (int w = 0; w < S; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          v3_load<Whole>(codes[w][h], scl[w][h], in, kb, valid[h], wc[w][h], sc[w][h]);
+          v3_load<Whole>(codes[w][h], scl[w][h], in, kb, valid[w][h], wc[w][h], sc[w][h]);
 #pragma unroll
-      for (int w = 0; w < NW; ++w)
+      for (int w = 0; w < S; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -848,7 +861,7 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
           const int s = 4 * half + u;
           const uint32_t b[3][2] = {{va[u].x, va[u].y}, {va[u].z, va[u].w}, {vb[u].x, vb[u].y}};
 #pragma unroll
-          for (int w = 0; w < NW; ++w) {
+          for (int w = 0; w < S; ++w) {
             // Codes 4s .. 4s + 3 of the lane's 32: word s / 2, half s % 2; block scale s / 4.
             uint32_t a[4];
             e2m1x4_times_scale(wc[w][0][s / 2], s % 2, sc[w][0][s / 4], a[0], a[2]);
@@ -864,20 +877,23 @@ __global__ void __launch_bounds__(32 * kV3MaxSlices, 3)
     // the block, pair i0 + 2t (+ 1) of the tile.
     __syncthreads();  // the previous tile's partials have been read
 #pragma unroll
-    for (int w = 0; w < NW; ++w)
+    for (int w = 0; w < S; ++w)
 #pragma unroll
       for (int q = 0; q < 4; ++q)
         partial[warp][w][2 * t + (q & 1)][g + 8 * (q >> 1)] = acc[w][q] + acc_low[w][q];
     __syncthreads();
-    for (int el = threadIdx.x; el < 8 * kV3Cols; el += blockDim.x) {
-      const int rr = el / kV3Cols, c = el % kV3Cols;
-      const int64_t o = o0 + c;
+    // Down: column cc of the block's NT tiles is column cc % 16 of tile cc / 16.
+    for (int el = threadIdx.x; el < 8 * kV3Cols * NT; el += blockDim.x) {
+      const int rr = el / (kV3Cols * NT), cc = el % (kV3Cols * NT);
+      const int c = cc % kV3Cols, tile = cc / kV3Cols;
+      const int64_t o = o0 + cc;
       if (i0 + rr >= n || o >= columns) continue;
       float sum[NW];
 #pragma unroll
       for (int w = 0; w < NW; ++w) {
-        sum[w] = partial[0][w][rr][c];
-        for (int sl = 1; sl < slices; ++sl) sum[w] += partial[sl][w][rr][c];
+        const int stream = NW == 2 ? w : tile;
+        sum[w] = partial[0][stream][rr][c];
+        for (int sl = 1; sl < slices; ++sl) sum[w] += partial[sl][stream][rr][c];
       }
       if constexpr (NW == 2 && Ahead)
         store_act_split(acts, p0 + i0 + rr, inter, o, sum[0] * e.scale2[0], sum[1] * e.scale2[1]);
@@ -942,6 +958,17 @@ std::atomic<int64_t> g_wide_rows{[] {
 // Whether version 3's own layout reads its activations split ahead (the default; false only for
 // the test that the split ahead changes no bit: set_split_ahead).
 std::atomic<bool> g_split_ahead{true};
+
+// Column tiles of 16 a block of version 3's own down (moe_nvfp4_v3_kernel's NT; the same bits):
+// DRAMA_CUDA_V3_DOWN_TILES=1 or 2 (unset or empty: 2); set_v3_down_tiles.
+int down_tiles_of(const char* v) {
+  const std::string s = v ? v : "";
+  return s.empty() || s == "2" ? 2 : s == "1" ? 1 : 0;
+}
+std::atomic<int> g_v3_down_tiles{[] {
+  const int n = down_tiles_of(std::getenv("DRAMA_CUDA_V3_DOWN_TILES"));
+  return n == 0 ? 2 : n;  // refused with the backend: check_wide_environment
+}()};
 
 bool wide_layout(int64_t rows, int64_t k, int64_t n_stored) {
   const int64_t w = g_wide_rows.load(std::memory_order_relaxed);
@@ -1264,6 +1291,12 @@ bool set_split_ahead_flag(bool on) {
   return g_split_ahead.exchange(on, std::memory_order_relaxed);
 }
 
+int set_v3_down_tiles_flag(int tiles) {
+  if (tiles != 1 && tiles != 2)
+    throw Error("v3 down tiles " + std::to_string(tiles) + ": 1 or 2 column tiles a block");
+  return g_v3_down_tiles.exchange(tiles, std::memory_order_relaxed);
+}
+
 int64_t set_wide_rows_flag(int64_t rows) {
   if (rows < -1)
     throw Error("wide rows " + std::to_string(rows) + ": -1 (by pairs an expert), 0 or more");
@@ -1271,6 +1304,8 @@ int64_t set_wide_rows_flag(int64_t rows) {
 }
 
 void check_wide_environment() {
+  if (const char* t = std::getenv("DRAMA_CUDA_V3_DOWN_TILES"); down_tiles_of(t) == 0)
+    throw Error(std::string("DRAMA_CUDA_V3_DOWN_TILES=") + t + ": 1 or 2");
   const char* v = std::getenv("DRAMA_CUDA_WIDE_ROWS");
   if (!v || !*v) return;
   char* end = nullptr;
@@ -1364,8 +1399,9 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
       check_launch("moe_experts down (v3 wide)");
       return;
     }
+    const int down_tiles = g_v3_down_tiles.load(std::memory_order_relaxed);
     const dim3 up_grid(slots, blocks_for(inter, kV3Cols)),
-        down_grid(slots, blocks_for(hidden, kV3Cols));
+        down_grid(slots, blocks_for(hidden, kV3Cols * down_tiles));
     // Whole loads (moe_nvfp4_v3_kernel's Whole) where every load of gate/up lies inside its
     // shapes; gate/up only: down in the whole form measured slower (H100 2026-12-07 09:46: 12.6
     // -> 13.3 us a layer at one row, where gate/up went 18.1 -> 17.1).
@@ -1376,9 +1412,15 @@ void launch_moe_experts(const DeviceExpert* experts, WeightFormat format, int64_
            up_grid, 32 * up.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_x, split.xs,
            pairs, k, out_slots, up.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts gate/up (v3)");
-    launch(ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>, down_grid,
-           32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act, split.xs,
-           pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
+    // Down at two tiles a block takes the whole loads where the shapes allow (ptxas, sm_90a: 8 / 12
+    // bytes spilled, against 100 / 96 checked; at one tile the whole loads measured slower).
+    const bool whole_down = ahead && inter % 128 == 0 && hidden % (2 * kV3Cols) == 0;
+    launch(down_tiles == 2 ? (whole_down ? moe_nvfp4_v3_kernel<1, true, true, 2>
+                              : ahead    ? moe_nvfp4_v3_kernel<1, true, false, 2>
+                                         : moe_nvfp4_v3_kernel<1, false, false, 2>)
+                           : (ahead ? moe_nvfp4_v3_kernel<1, true> : moe_nvfp4_v3_kernel<1, false>),
+           down_grid, 32 * down.slices, 0, stream, experts, n_stored, hidden, inter, x, vec_act,
+           split.xs, pairs, k, out_slots, down.groups_per_slice, split.acts, workspace, out);
     check_launch("moe_experts down (v3)");
     return;
   }

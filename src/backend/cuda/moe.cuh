@@ -42,7 +42,11 @@ int64_t set_wide_rows_flag(int64_t rows);
 // Sets whether version 3's own layout reads its activations split ahead (true, the default) or
 // splits them in the kernel as before (the same bits); returns the previous setting.
 bool set_split_ahead_flag(bool on);
-// Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count.
+// Sets the column tiles of 16 a block of version 3's own down (1 or 2; the same bits) and returns
+// the previous setting; throws drama::Error for any other value.
+int set_v3_down_tiles_flag(int tiles);
+// Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count or a
+// DRAMA_CUDA_V3_DOWN_TILES that is not 1 or 2.
 void check_wide_environment();
 // Device floats launch_moe_experts uses of its workspace (at most Backend::moe_workspace_floats).
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter, int64_t n_stored);
