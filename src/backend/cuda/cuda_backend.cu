@@ -206,7 +206,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   // refused here, with the backend.
   check_linear_environment();
   check_attention_environment();
-  check_wide_environment();
+  check_experts_environment();
 }
 
 CudaBackend::~CudaBackend() {

@@ -967,7 +967,7 @@ int down_tiles_of(const char* v) {
 }
 std::atomic<int> g_v3_down_tiles{[] {
   const int n = down_tiles_of(std::getenv("DRAMA_CUDA_V3_DOWN_TILES"));
-  return n == 0 ? 2 : n;  // refused with the backend: check_wide_environment
+  return n == 0 ? 2 : n;  // refused with the backend: check_experts_environment
 }()};
 
 bool wide_layout(int64_t rows, int64_t k, int64_t n_stored) {
@@ -1303,7 +1303,7 @@ int64_t set_wide_rows_flag(int64_t rows) {
   return g_wide_rows.exchange(rows, std::memory_order_relaxed);
 }
 
-void check_wide_environment() {
+void check_experts_environment() {
   if (const char* t = std::getenv("DRAMA_CUDA_V3_DOWN_TILES"); down_tiles_of(t) == 0)
     throw Error(std::string("DRAMA_CUDA_V3_DOWN_TILES=") + t + ": 1 or 2");
   const char* v = std::getenv("DRAMA_CUDA_WIDE_ROWS");

@@ -47,7 +47,7 @@ bool set_split_ahead_flag(bool on);
 int set_v3_down_tiles_flag(int tiles);
 // Throws drama::Error for a DRAMA_CUDA_WIDE_ROWS that is not a row count or a
 // DRAMA_CUDA_V3_DOWN_TILES that is not 1 or 2.
-void check_wide_environment();
+void check_experts_environment();
 // Device floats launch_moe_experts uses of its workspace (at most Backend::moe_workspace_floats).
 int64_t moe_layout_floats(int64_t rows, int64_t k, int64_t hidden, int64_t inter, int64_t n_stored);
 // on16: every stored expert's codes and block scales start on 16 bytes (the wide layout's whole
